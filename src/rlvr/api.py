@@ -1,0 +1,66 @@
+"""The public Python API; the CLI is a thin layer over these functions.
+
+    from rlvr import api
+    cfg = api.load_config("recipes/grpo.yaml", ["train.steps=20"])
+    results = api.train(cfg)
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+
+from rlvr.config import RunConfig, load_config
+from rlvr.errors import RlvrError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # rlvr never downloads at run time
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+__all__ = ["RlvrError", "RunConfig", "evaluate_model", "load_config", "train"]
+
+
+def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
+    """Run a training job; returns {"before": eval metrics, "after": eval metrics}."""
+    from rlvr.train.trainer import Trainer
+
+    trainer = Trainer(cfg, resume=resume, console=console, quiet=quiet)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool = False) -> dict[str, float]:
+    """Held-out metrics of ``cfg.model.name`` on ``cfg.data`` (greedy accuracy, pass@k if eval.samples)."""
+    import torch
+
+    from rlvr.data.from_config import build_datasets
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.log import eval_progress
+    from rlvr.models import load_model, load_tokenizer
+    from rlvr.models.chat import encode_prompt
+    from rlvr.rewards import RewardPool, RewardSpec
+    from rlvr.rollout import HFEngine
+
+    if cfg.model.threads:
+        torch.set_num_threads(cfg.model.threads)
+    _, examples = build_datasets(cfg.data)
+    if not examples:
+        raise RlvrError("nothing to evaluate: data.eval_size is 0")
+    tokenizer = load_tokenizer(cfg.model.name)
+    model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
+    engine = HFEngine(model, tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences, seed=cfg.seed)
+    first = cfg.rewards.functions[0]
+    params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
+    prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
+    with RewardPool([RewardSpec(name=first.name, params=params)], workers=cfg.rewards.workers,
+                    timeout_s=cfg.rewards.timeout_s) as pool, eval_progress(console, disable=quiet) as progress:
+        task = progress.add_task("eval", total=len(examples))
+        return evaluate(
+            engine, prompts, examples,
+            lambda texts, exs, comps: pool.score(texts, exs, [len(c) for c in comps], [c.finish_reason for c in comps]),
+            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, cfg.eval.samples, cfg.eval.pass_k,
+            cfg.eval.temperature, chunk=cfg.rollout.max_batch_sequences,
+            on_progress=lambda n: progress.advance(task, n),
+        )

@@ -1,0 +1,136 @@
+"""``rlvr``: train, evaluate, list tasks, show configs. Logic lives in :mod:`rlvr.api`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlvr.errors import RlvrError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="RL post-training with verifiable rewards.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect configs.")
+app.add_typer(config_app, name="config")
+console = Console(stderr=True)
+_state = {"debug": False}
+
+
+def _split_args(config: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
+    """``rlvr train a=1`` passes the override as CONFIG; treat any arg with '=' as an override."""
+    overrides = list(overrides or [])
+    if config and "=" in config:
+        return None, [config, *overrides]
+    return config, overrides
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+    _state["debug"] = debug
+
+
+@app.command()
+def train(
+    config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. optim.lr=1e-5")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run from its last checkpoint.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+) -> None:
+    """Train a model (default: GRPO on reasoning-gym chain_sum with the bundled SmolLM2-135M)."""
+    from rlvr import api
+
+    path, items = _split_args(config, overrides)
+    cfg = api.load_config(path, items)
+    console.print(f"[bold]rlvr train[/bold] {cfg.name}: {cfg.model.name} on {cfg.data.source}:{cfg.data.task} "
+                  f"({cfg.train.steps} steps, {cfg.rollout.prompts_per_step}×{cfg.rollout.group_size} completions)")
+    results = api.train(cfg, resume=resume, console=console, quiet=quiet)
+    before, after = results.get("before"), results.get("after")
+    for label, metrics in (("before", before), ("after", after)):
+        if metrics:
+            console.print(
+                f"held-out {label:6s}: accuracy {metrics['eval/accuracy']:.1%}  "
+                f"answer tags {metrics['eval/answer_tag_rate']:.1%}  (n={int(metrics['eval/size'])})"
+            )
+    console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[str, typer.Option("--model", help="Built-in name, local dir or run checkpoint.")] = "smollm2-135m-instruct",
+    task: Annotated[str | None, typer.Option("--task", help="reasoning-gym task (or use a config).")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="YAML config for data/eval settings.")] = None,
+    samples: Annotated[int, typer.Option("--samples", help="Sampled completions per prompt for pass@k.")] = 0,
+    pass_k: Annotated[str, typer.Option("--pass-k", help="Comma-separated k values.")] = "1",
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print metrics as JSON on stdout.")] = False,
+) -> None:
+    """Evaluate a model on held-out problems: greedy accuracy, answer-format use, pass@k."""
+    from rlvr import api
+
+    items = [f"model.name={model}", f"eval.samples={samples}", f"eval.pass_k=[{pass_k}]", *(overrides or [])]
+    if task:
+        items.append(f"data.task={task}")
+    cfg = api.load_config(config, items)
+    metrics = api.evaluate_model(cfg, console=console)
+    if as_json:
+        print(json.dumps(metrics, indent=2))
+        return
+    table = Table(title=f"{cfg.model.name} on {cfg.data.task}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key.removeprefix("eval/"), f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+@app.command()
+def tasks() -> None:
+    """List data sources and every reasoning-gym task."""
+    from rlvr.data import SUPPORTED_EXTENSIONS, list_reasoning_gym_tasks
+
+    print("sources: reasoning_gym (data.task=NAME), file (data.path=" + "|".join(SUPPORTED_EXTENSIONS)
+          + "), hf (data.path=local dataset dir)")
+    print("reasoning-gym tasks:")
+    for name in list_reasoning_gym_tasks():
+        print(f"  {name}")
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+) -> None:
+    """Print the resolved config (defaults ← file ← overrides) as YAML."""
+    from rlvr.config import dump_config, load_config
+
+    path, items = _split_args(config, overrides)
+    print(dump_config(load_config(path, items)), end="")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except RlvrError as err:
+        if _state["debug"]:
+            raise
+        console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
+        sys.exit(err.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        console.print("interrupted")
+        sys.exit(130)
+    except Exception as err:  # click usage errors
+        import click
+
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            sys.exit(2)
+        if isinstance(err, click.exceptions.Exit):
+            sys.exit(err.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""Typed configuration, YAML loading, overrides and recipes."""
+
+from rlvr.config.load import dump_config, load_config, parse_override, validate
+from rlvr.config.schema import RunConfig
+
+__all__ = ["RunConfig", "dump_config", "load_config", "parse_override", "validate"]

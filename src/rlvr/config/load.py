@@ -1,0 +1,100 @@
+"""Build a :class:`RunConfig` from a YAML file, a recipe name and ``key=value`` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rlvr.config.schema import RunConfig
+from rlvr.errors import RlvrError
+
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"algo.kl_coef=0.01"`` → (["algo", "kl_coef"], 0.01); the value is parsed as YAML."""
+    if "=" not in item:
+        raise RlvrError(f"override '{item}' is not of the form key=value (e.g. optim.lr=1e-5)")
+    key, raw = item.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise RlvrError(f"override '{item}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as err:
+        raise RlvrError(f"override '{item}': value is not valid YAML ({err})") from err
+    return key.split("."), value
+
+
+def _set(tree: dict, path: list[str], value: Any, item: str) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RlvrError(f"override '{item}': '{part}' is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        recipe = RECIPES_DIR / f"{path.name}.yaml"
+        if recipe.is_file() and not path.suffix:
+            path = recipe
+        else:
+            raise RlvrError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError) as err:
+        raise RlvrError(f"cannot read config file {path}: {err}") from err
+    except yaml.YAMLError as err:
+        raise RlvrError(f"config file {path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise RlvrError(f"config file {path} must hold a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """The resolved config: defaults ← YAML file ← overrides; errors name the offending key."""
+    tree = read_yaml(path) if path else {}
+    for item in overrides:
+        keys, value = parse_override(item)
+        _set(tree, keys, value, item)
+    return validate(tree, source=str(path) if path else "overrides")
+
+
+def validate(tree: dict, source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise RlvrError(f"invalid config ({source}):\n" + format_errors(err)) from err
+
+
+def format_errors(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        key = ".".join(str(p) for p in problem["loc"]) or "(top level)"
+        if problem["type"] == "extra_forbidden":
+            parent = problem["loc"][:-1]
+            allowed = _allowed_keys(parent)
+            lines.append(f"  {key}: unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+        else:
+            lines.append(f"  {key}: {problem['msg']} (got {problem.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: Any = RunConfig
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = field.annotation
+    return list(getattr(model, "model_fields", {}))
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

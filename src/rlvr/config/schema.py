@@ -1,0 +1,146 @@
+"""The one typed config: every knob, its default and what it does (DESIGN.md, principle 4).
+
+Unknown keys are errors (``extra="forbid"``), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    name: str = Field("smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype; use float32 on CPU (bf16 matmuls are ~70x slower there)."
+    )
+    device: str = Field("cpu", description="Torch device for the policy: cpu, cuda, cuda:1, …")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = all cores.")
+
+
+class DataConfig(Section):
+    source: Literal["reasoning_gym", "file", "hf"] = Field("reasoning_gym", description="Where prompts come from.")
+    task: str = Field("chain_sum", description="reasoning-gym task name (source=reasoning_gym).")
+    task_config: dict[str, Any] = Field(
+        default_factory=lambda: {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+        description="Keyword arguments of the reasoning-gym task's config.",
+    )
+    path: str | None = Field(None, description="JSONL/JSON/Parquet/CSV file (source=file) or dataset dir (hf).")
+    split: str = Field("train", description="Dataset split (source=hf).")
+    question_key: str = Field("question", description="Column holding the question text.")
+    answer_key: str = Field("answer", description="Column holding the reference answer.")
+    messages_key: str | None = Field(None, description="Column holding a full chat message list instead.")
+    id_key: str | None = Field(None, description="Column holding a stable example id.")
+    train_size: int = Field(5000, ge=1, description="Training prompts generated (reasoning_gym).")
+    eval_size: int = Field(200, ge=0, description="Held-out prompts for evaluation (disjoint from training).")
+    seed: int = Field(0, description="Seed for generating/splitting data.")
+    system_prompt: str | None = Field(None, description="System message; None keeps the chat template's default.")
+    answer_format: str | None = Field(
+        "answer_tag", description="Instruction appended to every question: answer_tag, boxed, none or literal text."
+    )
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf"] = Field("hf", description="Generation engine (hf runs anywhere; vllm is a later extra).")
+    prompts_per_step: int = Field(4, ge=1, description="Unique prompts sampled per training step.")
+    group_size: int = Field(8, ge=1, description="Completions sampled per prompt (G).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(48, ge=1, description="Longest completion; longer ones are cut (finish=length).")
+    max_batch_sequences: int = Field(64, ge=1, description="Sequences decoded at once (memory bound).")
+
+
+class RewardItem(Section):
+    name: str = Field(description="Registered reward name or 'module:function'.")
+    weight: float = Field(1.0, description="Weight in the total reward.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the reward.")
+
+
+class RewardsConfig(Section):
+    functions: list[RewardItem] = Field(
+        default_factory=lambda: [
+            RewardItem(name="reasoning_gym", weight=1.0, params={"extract": "answer_tag"}),
+            RewardItem(name="format", weight=0.1),
+        ],
+        description="Reward components, summed with their weights.",
+    )
+    workers: int = Field(0, ge=0, description="Reward worker processes; 0 = number of cores.")
+    timeout_s: float = Field(5.0, gt=0, description="Hard wall-clock limit per reward call.")
+    on_error: Literal["skip_group", "zero"] = Field(
+        "skip_group", description="A group with a reward error is dropped, or the error is scored 0 (and counted)."
+    )
+
+
+class AlgoConfig(Section):
+    advantage: str = Field("grpo", description="Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS).")
+    advantage_params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
+    loss: str = Field("ppo_clip", description="Policy loss (rlvr.algo.POLICY_LOSSES).")
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1.")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (DAPO clip-higher when > clip_low).")
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
+        Field("token-mean", description="How per-token losses become one number.")
+    )
+    kl_coef: float = Field(0.0, ge=0, description="Weight of KL(policy‖reference); 0 skips the reference model.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Per-token KL estimator.")
+    epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
+    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
+    dynamic_sampling: bool = Field(True, description="Drop groups whose rewards are all equal (DAPO).")
+    refill: bool = Field(False, description="Sample more prompts to refill dropped groups.")
+    max_refills: int = Field(2, ge=0, description="Extra sampling rounds per step when refilling.")
+
+
+class OptimConfig(Section):
+    lr: float = Field(2e-5, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = Field((0.9, 0.99))
+    eps: float = Field(1e-8, gt=0)
+    warmup_steps: int = Field(5, ge=0, description="Optimizer steps of linear warmup.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="LR after warmup.")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine floor as a fraction of lr.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm.")
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after training).")
+    max_new_tokens: int | None = Field(None, description="Defaults to rollout.max_new_tokens.")
+    samples: int = Field(0, ge=0, description="Sampled completions per prompt for pass@k/mean@k (0 = greedy only).")
+    pass_k: list[int] = Field(default_factory=lambda: [1], description="k values of pass@k (need k <= samples).")
+    temperature: float = Field(1.0, ge=0.0, description="Temperature for the sampled eval.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(60, ge=0, description="Training steps (one rollout batch each).")
+    time_limit_s: float | None = Field(None, gt=0, description="Stop training after this many seconds.")
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
+    log_samples: int = Field(4, ge=0, description="Completions per step written to samples.jsonl (all: -1).")
+
+
+class RunConfig(Section):
+    name: str = Field("grpo-chain-sum", description="Run name: the run directory is output_dir/name.")
+    output_dir: str = Field("runs", description="Parent directory of runs.")
+    seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.eval.samples and max(self.eval.pass_k) > self.eval.samples:
+            raise ValueError(f"eval.pass_k has k={max(self.eval.pass_k)} > eval.samples={self.eval.samples}")
+        if self.data.source in ("file", "hf") and not self.data.path:
+            raise ValueError(f"data.path is required when data.source={self.data.source}")
+        return self

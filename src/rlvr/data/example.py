@@ -1,0 +1,35 @@
+"""The unit of training data: one prompt with what is needed to verify answers to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Example:
+    """One prompt and the information a verifier needs to score completions of it.
+
+    ``prompt`` is a list of chat messages (``{"role": ..., "content": ...}``) *before* the chat
+    template is applied; the system prompt and answer-format instruction are already included.
+    ``reference`` is the ground-truth answer (``None`` for label-free rewards). ``data_source``
+    names where the example came from (a reasoning-gym task name, a file stem); ``verifier`` names
+    the reward function that should score it when a dataset mixes sources. ``metadata`` carries
+    anything else a verifier needs (e.g. the reasoning-gym entry); it must be picklable because
+    rewards run in worker processes.
+    """
+
+    id: str
+    prompt: list[dict[str, str]]
+    reference: str | None = None
+    data_source: str = "unknown"
+    verifier: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def question(self) -> str:
+        """The last user message: what a person would call "the question"."""
+        for message in reversed(self.prompt):
+            if message.get("role") == "user":
+                return message.get("content", "")
+        return ""

@@ -1,0 +1,45 @@
+"""Build the training and held-out examples a run config asks for."""
+
+from __future__ import annotations
+
+from rlvr.config.schema import DataConfig
+from rlvr.data.example import Example
+from rlvr.data.file_source import load_file
+from rlvr.data.hf_source import load_hf_dataset
+from rlvr.data.reasoning_gym_source import load_reasoning_gym
+from rlvr.data.split import drop_overlap, split_train_eval
+from rlvr.errors import RlvrError
+
+
+def build_datasets(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
+    """(train, eval) examples; eval is disjoint from train by question text."""
+    common = {"system_prompt": cfg.system_prompt, "answer_format": cfg.answer_format}
+    if cfg.source == "reasoning_gym":
+        # Two seeds, two generators: the held-out set never depends on train_size.
+        train = load_reasoning_gym(cfg.task, cfg.train_size, cfg.seed, cfg.task_config, **common)
+        held_out = (
+            load_reasoning_gym(cfg.task, cfg.eval_size, cfg.seed + 1_000_003, cfg.task_config, **common)
+            if cfg.eval_size
+            else []
+        )
+        train, _ = drop_overlap(train, held_out)
+        if not train:
+            raise RlvrError(f"data: every training example of '{cfg.task}' also appears in the eval set")
+        return train, held_out
+    mapping = {
+        "question_key": cfg.question_key,
+        "answer_key": cfg.answer_key,
+        "id_key": cfg.id_key,
+        "messages_key": cfg.messages_key,
+        **common,
+    }
+    if cfg.source == "file":
+        examples = load_file(cfg.path, **mapping)
+    else:
+        examples = load_hf_dataset(cfg.path, split=cfg.split, **mapping)
+    if cfg.eval_size >= len(examples):
+        raise RlvrError(
+            f"data.eval_size={cfg.eval_size} leaves no training examples: {cfg.path} has {len(examples)} rows"
+        )
+    train, held_out = split_train_eval(examples, cfg.eval_size, cfg.seed)
+    return train, held_out

@@ -1,0 +1,14 @@
+"""User-facing errors.
+
+Anything the user can fix (a bad file, an unknown key, a model that is not available offline)
+raises :class:`RlvrError` with a message that names the file, row or key. The CLI prints the
+message and exits with code 2; the traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class RlvrError(Exception):
+    """An error caused by the user's input; its message alone must tell them what to fix."""
+
+    exit_code = 2

@@ -1,0 +1,187 @@
+"""The reward functions that ship with rlvr.
+
+Each one is a plain function registered by name. Heavy verifiers (reasoning-gym, math-verify) are
+imported lazily so that ``import rlvr.rewards`` stays cheap in the trainer; the ``preload`` given
+to :func:`register_reward` makes worker processes import them before they accept work.
+
+Parameter annotations are part of the contract: :class:`~rlvr.rewards.pool.RewardSpec` validates
+user params against them when a config is loaded, so a typo'd mode fails at start-up, not as a
+reward error on every call.
+
+A reward that cannot judge (no reference, an unparsable reference, missing token counts) raises:
+the pool reports that as a reward error instead of a silent 0.0.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt
+
+from rlvr.data.example import Example
+from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.registry import register_reward
+
+ExtractMode = Literal["auto", "answer_tag", "boxed", "answer_line", "last_number"]
+
+
+@register_reward("reasoning_gym", preload=("reasoning_gym",))
+def reasoning_gym_reward(completion: str, example: Example, *, extract: ExtractMode = "answer_tag") -> float:
+    """Score with reasoning-gym's own ``score_answer`` for the task the entry came from.
+
+    ``example.metadata["rg_entry"]`` must hold the full reasoning-gym entry (question, answer,
+    metadata with ``source_dataset``). No extractable answer scores 0.0: the model failed to answer.
+    """
+    entry = example.metadata.get("rg_entry")
+    if not isinstance(entry, dict):
+        raise ValueError(f"example {example.id!r} has no metadata['rg_entry'] (a reasoning-gym entry dict)")
+    task = entry.get("metadata", {}).get("source_dataset")
+    if not task:
+        raise ValueError(f"example {example.id!r}: rg_entry['metadata'] has no 'source_dataset'")
+    answer = extract_answer(completion, mode=extract)
+    if answer is None:
+        return 0.0
+    return float(_rg_score_fn(task)(answer, entry))
+
+
+@functools.cache
+def _rg_score_fn(task: str) -> Callable[[str | None, dict[str, Any]], float]:
+    # Building the score fn instantiates the task's dataset class: do it once per task per worker.
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(task)
+
+
+@register_reward("math", preload=("math_verify",))
+def math_reward(completion: str, example: Example, *, extract: ExtractMode = "auto") -> float:
+    """1.0 if the extracted answer is mathematically equivalent to ``example.reference`` (math-verify).
+
+    math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread and
+    silently returned 0 in other frameworks; they are switched off here because the pool enforces
+    a hard wall-clock limit on every call.
+    """
+    if example.reference is None:
+        raise ValueError(f"example {example.id!r} has no reference answer for the math reward")
+    gold = _parse_math(example.reference)
+    if not gold:
+        raise ValueError(f"math-verify cannot parse the reference {example.reference!r} of {example.id!r}")
+    answer = extract_answer(completion, mode=extract)
+    if answer is None:
+        return 0.0
+    predicted = _parse_math(answer)
+    if not predicted:
+        return 0.0
+    _, verify = _math_verify()
+    return 1.0 if verify(gold, predicted, timeout_seconds=None) else 0.0
+
+
+@functools.lru_cache(maxsize=1)
+def _math_verify() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    import math_verify
+    from math_verify import grader, parser
+
+    # math-verify warns once that nothing enforces a timeout when its own is off; the pool does.
+    parser.TIMEOUT_WARNING_SHOWN = True
+    grader.TIMEOUT_WARNING_SHOWN = True
+    return math_verify.parse, math_verify.verify
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_math(text: str) -> list[Any]:
+    """Parse with math-verify; bare LaTeX and plain numbers parse only inside math delimiters.
+
+    Cached because the G completions of a group share one reference.
+    """
+    parse, _ = _math_verify()
+    if "$" not in text and "\\boxed" not in text and "\\(" not in text and "\\[" not in text:
+        parsed = parse(f"${text}$", parsing_timeout=None)
+        if parsed:
+            return parsed
+    return parse(text, parsing_timeout=None)
+
+
+@register_reward("exact_match")
+def exact_match_reward(
+    completion: str, example: Example, *, extract: ExtractMode = "auto", case_sensitive: bool = True
+) -> float:
+    """1.0 if the extracted answer equals ``example.reference`` after stripping whitespace."""
+    if example.reference is None:
+        raise ValueError(f"example {example.id!r} has no reference answer for exact_match")
+    answer = extract_answer(completion, mode=extract)
+    if answer is None:
+        return 0.0
+    reference = example.reference.strip()
+    if not case_sensitive:
+        answer, reference = answer.casefold(), reference.casefold()
+    return 1.0 if answer == reference else 0.0
+
+
+@register_reward("format")
+def format_reward(completion: str, example: Example, *, require_think: bool = False) -> float:
+    """1.0 if the completion has exactly one non-empty ``<answer>...</answer>``.
+
+    With ``require_think`` a ``<think>...</think>`` must also close before the answer opens.
+    Tags are matched case-sensitively: the prompt asks for these exact tags.
+    """
+    if completion.count("<answer>") != 1 or completion.count("</answer>") != 1:
+        return 0.0
+    open_at = completion.index("<answer>")
+    close_at = completion.index("</answer>")
+    if close_at < open_at or not completion[open_at + len("<answer>") : close_at].strip():
+        return 0.0
+    if require_think:
+        think_open = completion.find("<think>")
+        think_close = completion.find("</think>", think_open + 1) if think_open >= 0 else -1
+        if think_open < 0 or think_close < 0 or think_close > open_at:
+            return 0.0
+    return 1.0
+
+
+@register_reward("length_penalty")
+def length_penalty_reward(
+    completion: str,
+    example: Example,
+    *,
+    max_tokens: Annotated[int, Gt(0)],
+    coef: float = 1.0,
+    completion_tokens: int | None = None,
+) -> float:
+    """``-coef * completion_tokens / max_tokens``: a linear push towards shorter answers."""
+    return -coef * _require_tokens("length_penalty", completion_tokens) / max_tokens
+
+
+@register_reward("overlong")
+def overlong_reward(
+    completion: str,
+    example: Example,
+    *,
+    max_tokens: Annotated[int, Gt(0)],
+    buffer: Annotated[int, Ge(0)],
+    completion_tokens: int | None = None,
+    finish_reason: str | None = None,
+) -> float:
+    """DAPO's soft overlong punishment.
+
+    0 up to ``max_tokens - buffer`` tokens, then linearly down to -1 at ``max_tokens``; -1 beyond
+    it, and -1 whenever generation was cut off (``finish_reason == "length"``), because a truncated
+    answer is overlong however few tokens were counted.
+    """
+    if buffer > max_tokens:
+        raise ValueError(f"overlong: buffer ({buffer}) must not exceed max_tokens ({max_tokens})")
+    if finish_reason == "length":
+        return -1.0
+    tokens = _require_tokens("overlong", completion_tokens)
+    soft_start = max_tokens - buffer
+    if tokens <= soft_start:
+        return 0.0
+    if tokens >= max_tokens:
+        return -1.0
+    return (soft_start - tokens) / buffer
+
+
+def _require_tokens(reward: str, completion_tokens: int | None) -> int:
+    if completion_tokens is None:
+        raise ValueError(f"{reward} needs token counts: pass completion_tokens= to RewardPool.score")
+    return completion_tokens

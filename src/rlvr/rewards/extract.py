@@ -1,0 +1,142 @@
+"""Pull the final answer out of a model's completion.
+
+Completions are untrusted text of any length (a run-away generation can be megabytes), so every
+mode here is a single left-to-right scan: no regex that can backtrack catastrophically, no
+"search again from each candidate" loop that turns quadratic.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rlvr.errors import RlvrError
+
+EXTRACT_MODES = ("auto", "answer_tag", "boxed", "answer_line", "last_number")
+
+_ANSWER_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
+
+# `\boxed{` / `\fbox{` open a box; `\{` and `\}` are literal braces in LaTeX and must not count.
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)[ \t]*\{|\\[{}]|[{}]")
+
+# "Answer: X", "**Answer:** X", "the final answer is X". Only the cue is matched; the answer is the
+# rest of that line, so matches stay short and never overlap.
+_ANSWER_CUE = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:)[ \t*]*", re.IGNORECASE)
+
+_NON_NEWLINE = re.compile(r"[^\n]")
+
+# A sign counts only when it is not a binary minus ("10-5" ends in 5, not -5).
+_NUMBER = re.compile(
+    r"(?:(?<![\w)\]}])[-\u2212])?"  # a sign, unless it is a binary minus ("10-5" ends in 5)
+    r"(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"  # 1,234.5 / 1234 / .5
+    r"(?:/\d+)?"  # a denominator: 3/4
+)
+
+
+def extract_answer(text: str, mode: str = "auto") -> str | None:
+    """The final answer in ``text`` according to ``mode``, or ``None`` when there is none.
+
+    Modes:
+      - ``answer_tag``: content of the last complete ``<answer>...</answer>`` (stripped).
+      - ``boxed``: content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces.
+      - ``answer_line``: text after the last "Answer: X" / "answer is X" cue on its line
+        (case-insensitive, surrounding ``**`` and a trailing period removed).
+      - ``last_number``: the last integer, decimal or fraction, with its sign and with thousands
+        commas removed.
+      - ``auto``: the first of the above that finds something, in that order.
+
+    Empty answers count as no answer.
+    """
+    if mode == "auto":
+        for extract in (_answer_tag, _boxed, _answer_line, _last_number):
+            answer = extract(text)
+            if answer is not None:
+                return answer
+        return None
+    try:
+        extract = _EXTRACTORS[mode]
+    except KeyError:
+        raise RlvrError(f"unknown extract mode {mode!r}; allowed: {', '.join(EXTRACT_MODES)}") from None
+    return extract(text)
+
+
+def _answer_tag(text: str) -> str | None:
+    last_open = None
+    answer = None
+    for tag in _ANSWER_TAG.finditer(text):
+        if not tag.group(1):
+            last_open = tag.end()
+        elif last_open is not None:
+            answer = text[last_open : tag.start()]
+            last_open = None
+    return _non_empty(answer)
+
+
+def _boxed(text: str) -> str | None:
+    stack: list[int | None] = []  # content start for a box, None for a plain brace
+    best_start = -1
+    best: tuple[int, int] | None = None
+    for token in _BOX_TOKEN.finditer(text):
+        kind = token.group()
+        if kind[0] == "\\" and len(kind) == 2:
+            continue  # escaped brace: literal text
+        if kind == "}":
+            if not stack:
+                continue
+            start = stack.pop()
+            if start is not None and start > best_start:
+                best_start, best = start, (start, token.start())
+        elif kind == "{":
+            stack.append(None)
+        else:
+            stack.append(token.end())
+    return _non_empty(text[best[0] : best[1]]) if best else None
+
+
+def _answer_line(text: str) -> str | None:
+    cues = [m.end() for m in _ANSWER_CUE.finditer(text)]
+    for start in reversed(cues):
+        answer = _clean_answer_line(_line_from(text, start))
+        if answer is None:
+            # "Answer:" alone on its line, the answer on the next non-empty one.
+            next_line = _NON_NEWLINE.search(text, start)
+            if next_line is not None:
+                answer = _clean_answer_line(_line_from(text, next_line.start()))
+        if answer is not None:
+            return answer
+    return None
+
+
+def _line_from(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _clean_answer_line(line: str) -> str | None:
+    answer = line.strip().strip("*").strip()
+    if answer.endswith("."):
+        answer = answer[:-1].rstrip()
+    return _non_empty(answer)
+
+
+def _last_number(text: str) -> str | None:
+    last = None
+    for match in _NUMBER.finditer(text):
+        last = match.group()
+    if last is None:
+        return None
+    return last.replace(",", "").replace("\u2212", "-")
+
+
+def _non_empty(answer: str | None) -> str | None:
+    if answer is None:
+        return None
+    answer = answer.strip()
+    return answer or None
+
+
+_EXTRACTORS = {
+    "answer_tag": _answer_tag,
+    "boxed": _boxed,
+    "answer_line": _answer_line,
+    "last_number": _last_number,
+}

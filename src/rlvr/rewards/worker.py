@@ -1,0 +1,232 @@
+"""A reward worker process: the loop that runs inside it, and the handle the parent keeps.
+
+Protocol over one duplex pipe: the worker first sends ``("ready", pid)`` once its imports are done
+(so import time is never charged to a call's timeout). It then receives chunks — lists of
+``(item, completion, example, completion_tokens, finish_reason, spec_indices)`` — and sends one
+``("done", item, spec_index, ok, payload)`` message per reward call, in order. The parent relies on
+that order: the call after the last reported one is the one running, so its deadline starts when
+the previous report arrives. ``None`` or a closed pipe ends the worker.
+
+``worker_main`` and the functions it calls run in the child; ``WorkerHandle`` and ``mp_context`` run in
+the parent. Rewards themselves never run in the trainer's process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import math
+import multiprocessing as mp
+import numbers
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from rlvr.rewards.registry import list_rewards, reward_preload
+from rlvr.rewards.spec import CallSpec
+
+_MAX_MESSAGE = 500
+START_TIMEOUT_S = 120.0  # generous: a worker may have to import the reward modules itself
+
+
+def worker_main(conn: Connection, specs: list[CallSpec], preload: list[str]) -> None:
+    """Entry point of a worker process (the target of ``multiprocessing.Process``)."""
+    _isolate()
+    for module in preload:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the reward itself will report the import error per call
+            pass
+    fns = [_resolve(spec) for spec in specs]
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            chunk = conn.recv()
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        for item, completion, example, tokens, finish_reason, spec_indices in chunk:
+            for index in spec_indices:
+                ok, payload = call_reward(
+                    specs[index], fns[index], completion, example, tokens, finish_reason
+                )
+                conn.send(("done", item, index, ok, payload))
+
+
+def call_reward(
+    spec: CallSpec,
+    fn: Callable[..., Any] | str,
+    completion: str,
+    example: Any,
+    completion_tokens: int | None,
+    finish_reason: str | None,
+) -> tuple[bool, float | dict[str, float] | str]:
+    """Run one reward call: ``(True, value)`` or ``(False, one-line error message)``."""
+    if isinstance(fn, str):
+        return False, fn
+    kwargs = dict(spec.params)
+    if spec.pass_tokens:
+        kwargs["completion_tokens"] = completion_tokens
+    if spec.pass_finish_reason:
+        kwargs["finish_reason"] = finish_reason
+    try:
+        value = fn(completion, example, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a reward is also its error
+        return False, describe_exception(exc)
+    return check_value(spec.label, value)
+
+
+def check_value(label: str, value: Any) -> tuple[bool, float | dict[str, float] | str]:
+    """Accept a finite real number or a non-empty dict of them; anything else is an error."""
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            return False, f"ValueError: reward {label!r} returned a non-finite value ({number})"
+        return True, number
+    if isinstance(value, dict):
+        if not value:
+            return False, f"ValueError: reward {label!r} returned an empty dict"
+        checked: dict[str, float] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not isinstance(item, numbers.Real):
+                return False, (
+                    f"TypeError: reward {label!r} returned a dict with {type(key).__name__} key {key!r} "
+                    f"and {type(item).__name__} value; expected dict[str, float]"
+                )
+            if not math.isfinite(float(item)):
+                return False, f"ValueError: reward {label!r} returned a non-finite value for {key!r}"
+            checked[key] = float(item)
+        return True, checked
+    return False, (
+        f"TypeError: reward {label!r} returned {type(value).__name__}; expected a float or dict[str, float]"
+    )
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: first line of message"``, bounded in length so logs stay readable."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def _resolve(spec: CallSpec) -> Callable[..., Any] | str:
+    """The reward function, or an error message to report for every call of it."""
+    from rlvr.rewards.registry import get_reward
+
+    try:
+        try:
+            return get_reward(spec.name)
+        except Exception:
+            if not spec.module or spec.module in ("__main__", "__mp_main__"):
+                raise
+            importlib.import_module(spec.module)  # its @register_reward calls fill our registry
+            return get_reward(spec.name)
+    except Exception as exc:  # noqa: BLE001
+        return (
+            f"RlvrError: reward {spec.name!r} is not available in worker processes (define it at the "
+            f"top level of an importable module): {describe_exception(exc)}"
+        )
+
+
+def _isolate() -> None:
+    """Own process group (so a kill also reaches the reward's subprocesses); die with the trainer.
+
+    A worker hung in C code cannot run a watchdog, so its death is left to the kernel: the worker
+    asks for SIGKILL when its parent (the forkserver) exits. The forkserver exits when the trainer
+    does, but only once no forked child still holds its "alive" pipe — hence the worker closes its
+    inherited copy.
+    """
+    if os.name != "posix":
+        return
+    try:
+        os.setpgrp()
+    except OSError:
+        pass
+    try:
+        from multiprocessing import forkserver
+
+        alive_fd = forkserver._forkserver._forkserver_alive_fd
+        if alive_fd is not None:
+            forkserver._forkserver._forkserver_alive_fd = None
+            os.close(alive_fd)
+    except (AttributeError, OSError):
+        pass
+    if sys.platform.startswith("linux"):
+        parent = os.getppid()
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+
+# -- the parent's side -------------------------------------------------------------------------
+
+
+class WorkerHandle:
+    """The parent's side of one worker process: its pipe, and the calls sent but not yet reported."""
+
+    def __init__(self, ctx: Any, specs: list[Any], preload: list[str]) -> None:
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(
+            target=worker_main, args=(child_conn, specs, preload), daemon=True, name="rlvr-reward"
+        )
+        self.started_at = time.monotonic()
+        self.proc.start()
+        child_conn.close()  # so that the worker's death reads as EOF here
+        self.ready = False
+        self.running: deque[tuple[int, int]] = deque()  # (item, spec index), head is executing
+        self.deadline = self.started_at + START_TIMEOUT_S
+
+    def kill(self) -> None:
+        """Kill the worker and every process in its group (what the reward may have started)."""
+        if self.proc.exitcode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (OSError, AttributeError):
+                pass
+            self.proc.kill()
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def death_reason(self) -> str:
+        """Why the process is gone, for the error of the call it was running."""
+        self.proc.join(timeout=1)
+        code = self.proc.exitcode
+        if code is None:
+            return "worker process closed its pipe"
+        if code < 0:
+            try:
+                return f"worker process killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"worker process killed by signal {-code}"
+        return f"worker process exited with code {code}"
+
+
+def mp_context(preload: list[str]) -> Any:
+    """A forkserver context that preloads the reward modules; spawn where forkserver is missing.
+
+    The forkserver starts once per process with the preload list of that moment, so it gets the
+    heavy modules of *every* registered reward, not only this pool's: later pools fork warm too.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    from multiprocessing import forkserver
+
+    modules = [
+        "rlvr.rewards.builtin",
+        *(m for name in list_rewards() for m in reward_preload(name)),
+        *preload,
+    ]
+    ctx = mp.get_context("forkserver")
+    # Keep whatever the application asked for (the default is ["__main__"]).
+    current = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    ctx.set_forkserver_preload(list(dict.fromkeys([*current, *modules])))
+    return ctx

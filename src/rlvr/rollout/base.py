@@ -1,0 +1,55 @@
+"""What every rollout engine takes and returns.
+
+Engines take token ids and return token ids: the trainer never re-tokenises text (DESIGN.md,
+principle 3). Each completion carries the per-token logprobs under the sampling distribution, so
+that on-policy updates can reuse them and off-policy corrections can compare engine and trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: ``n`` completions per prompt; ``temperature == 0`` means greedy."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (hit EOS) or "length" (hit max_new_tokens)
+    text: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+class RolloutEngine(Protocol):
+    """Generates completions; owns no training logic."""
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions for each prompt, grouped by prompt, in prompt order."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from ``model``'s current weights."""
+        ...

@@ -1,0 +1,168 @@
+"""A rollout engine on plain PyTorch + transformers that runs on any device, CPU included.
+
+Each unique prompt is encoded once: the prompts are prefilled together (left-padded), then the KV
+cache is repeated ``n`` times for the group. Finished sequences are dropped from the batch as soon
+as they emit a stop token, so decoding cost follows the live sequences, not the longest one.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from rlvr.rollout.base import Completion, SamplingParams
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick next tokens from ``logits`` [B, V]; return (tokens [B], logprobs [B]).
+
+    The logprob is taken from the temperature-scaled distribution before top-p truncation, which
+    is the distribution the trainer recomputes (it applies the same temperature).
+    """
+    if params.greedy:
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    logprobs = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+    probs = logprobs.exp()
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class HFEngine:
+    """Generation with a ``transformers`` causal LM shared with the trainer (no weight copy)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        stop_token_ids: list[int] | None = None,
+        max_batch_sequences: int = 64,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_token_ids = sorted(set(stop_token_ids or _default_stop_ids(model, tokenizer)))
+        self.max_batch_sequences = max_batch_sequences
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model  # same process, same tensors: nothing to copy
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        per_chunk = max(1, self.max_batch_sequences // params.n)
+        groups: list[list[Completion]] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), per_chunk):
+                chunk = prompts[start : start + per_chunk]
+                groups.extend(self._generate_chunk(chunk, start, params))
+        finally:
+            self.model.train(was_training)
+        return groups
+
+    @torch.inference_mode()
+    def _generate_chunk(
+        self, prompts: list[list[int]], offset: int, params: SamplingParams
+    ) -> list[list[Completion]]:
+        n, device = params.n, self.device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            mask[row, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1].repeat_interleave(n, dim=0)
+        cache = out.past_key_values
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        mask = mask.repeat_interleave(n, dim=0)
+        next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
+
+        total = len(prompts) * n
+        tokens: list[list[int]] = [[] for _ in range(total)]
+        logps: list[list[float]] = [[] for _ in range(total)]
+        finish = ["length"] * total
+        alive = torch.arange(total)  # which sequences the batch rows currently are
+        stop_ids = torch.tensor(self.stop_token_ids, device=device)
+
+        for step in range(params.max_new_tokens):
+            token, logp = sample_next(logits, params, self.generator if device.type == "cpu" else None)
+            token_list, logp_list = token.tolist(), logp.tolist()
+            for row, seq in enumerate(alive.tolist()):
+                tokens[seq].append(token_list[row])
+                logps[seq].append(logp_list[row])
+            done = torch.isin(token, stop_ids)
+            for row in done.nonzero().flatten().tolist():
+                finish[alive[row]] = "stop"
+            if step == params.max_new_tokens - 1:
+                break
+            if done.any():
+                keep = (~done).nonzero().flatten()
+                if keep.numel() == 0:
+                    break
+                cache.batch_select_indices(keep)
+                alive, token, mask, next_pos = alive[keep.cpu()], token[keep], mask[keep], next_pos[keep]
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits, cache = out.logits[:, -1], out.past_key_values
+            next_pos = next_pos + 1
+
+        groups = []
+        for p, prompt in enumerate(prompts):
+            group = []
+            for seq in range(p * n, (p + 1) * n):
+                ids = tokens[seq]
+                text_ids = ids[:-1] if finish[seq] == "stop" else ids
+                group.append(
+                    Completion(
+                        prompt_index=offset + p,
+                        prompt_ids=list(prompt),
+                        token_ids=ids,
+                        logprobs=logps[seq],
+                        finish_reason=finish[seq],
+                        text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                    )
+                )
+            groups.append(group)
+        return groups
+
+
+def _default_stop_ids(model: torch.nn.Module, tokenizer) -> list[int]:
+    ids = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list):
+        ids.update(eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)

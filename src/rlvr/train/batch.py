@@ -1,0 +1,85 @@
+"""Lay scored groups out as tensors for the training forward pass.
+
+The G completions of a group share one prompt, so the batch stores each prompt once
+(``prompt_ids``, left-padded) and maps completion rows to their prompt with ``group_index``.
+The forward pass encodes each prompt once and reuses its keys/values for all its completions
+(see :mod:`rlvr.train.logprobs`), in the forward and the backward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from rlvr.rollout import Completion
+
+
+@dataclass
+class TrainBatch:
+    prompt_ids: torch.Tensor  # [P, Lp] left-padded
+    prompt_mask: torch.Tensor  # [P, Lp]
+    group_index: torch.Tensor  # [B] row of prompt_ids each completion continues
+    completion_ids: torch.Tensor  # [B, T] right-padded
+    completion_mask: torch.Tensor  # [B, T] float, 1 on tokens that are trained on
+    sampling_logprobs: torch.Tensor  # [B, T] logprobs from the rollout engine
+    advantages: torch.Tensor  # [B] or [B, T]
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def completion_width(self) -> int:
+        return self.completion_ids.shape[1]
+
+    def select(self, rows: torch.Tensor | slice) -> TrainBatch:
+        """Completion rows ``rows`` with only the prompts they use, trimmed of all-padding columns."""
+        rows = torch.arange(len(self))[rows] if isinstance(rows, slice) else rows
+        used, group_index = torch.unique(self.group_index[rows], return_inverse=True)
+        prompt_mask = self.prompt_mask[used]
+        left = int((prompt_mask.sum(0) == 0).sum())
+        completion_mask = self.completion_mask[rows]
+        width = int(completion_mask.sum(0).nonzero().max()) + 1 if completion_mask.any() else 1
+        return TrainBatch(
+            prompt_ids=self.prompt_ids[used][:, left:],
+            prompt_mask=prompt_mask[:, left:],
+            group_index=group_index,
+            completion_ids=self.completion_ids[rows][:, :width],
+            completion_mask=completion_mask[:, :width],
+            sampling_logprobs=self.sampling_logprobs[rows][:, :width],
+            advantages=self.advantages[rows] if self.advantages.dim() == 1 else self.advantages[rows][:, :width],
+        )
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        return TrainBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def build_batch(groups: list[list[Completion]], advantages: list[float], pad_id: int) -> TrainBatch:
+    """One batch from groups of completions (each group shares its prompt); advantages are flat."""
+    prompts = [g[0].prompt_ids for g in groups]
+    completions = [c for g in groups for c in g]
+    prompt_width = max(len(p) for p in prompts)
+    width = max(max(len(c.token_ids) for c in completions), 1)
+    prompt_ids = torch.full((len(prompts), prompt_width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), prompt_width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        prompt_ids[row, prompt_width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        prompt_mask[row, prompt_width - len(ids) :] = 1
+    completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(completions), width))
+    sampling_logprobs = torch.zeros((len(completions), width))
+    for row, c in enumerate(completions):
+        t = len(c.token_ids)
+        completion_ids[row, :t] = torch.tensor(c.token_ids, dtype=torch.long)
+        completion_mask[row, :t] = 1.0
+        sampling_logprobs[row, :t] = torch.tensor(c.logprobs)
+    group_index = torch.arange(len(groups)).repeat_interleave(torch.tensor([len(g) for g in groups]))
+    return TrainBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        group_index=group_index,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        sampling_logprobs=sampling_logprobs,
+        advantages=torch.tensor(advantages, dtype=torch.float32),
+    )

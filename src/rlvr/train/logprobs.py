@@ -1,0 +1,83 @@
+"""Per-token logprobs of completion tokens under a model (the trainer's side of the ratio).
+
+Two paths compute the same numbers:
+
+- :func:`completion_logprobs` (the fast one) runs each prompt once, repeats its key/value cache for
+  the group's G completions, and runs only completion tokens on top. Autograd flows through the
+  repeated cache, so the prompt's activations and gradients are computed once per group instead
+  of G times. Only positions that predict completion tokens go through the LM head.
+- :func:`completion_logprobs_simple` runs every (prompt + completion) sequence in full. It is the
+  reference the fast path is tested against.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from rlvr.train.batch import TrainBatch
+
+
+def _token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits = logits.float()
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logprobs = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logprobs, entropy
+
+
+def completion_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs [B, T] of ``batch.completion_ids`` (and per-token entropy [B, T] if asked)."""
+    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    prompt_out = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=prompt_positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    first_logits = prompt_out.logits[:, -1][batch.group_index]  # predicts completion token 0
+    width = batch.completion_width
+    if width == 1:
+        logits = first_logits[:, None]
+    else:
+        cache = prompt_out.past_key_values
+        cache.batch_select_indices(batch.group_index)  # indexing is differentiable: grads sum per prompt
+        mask = torch.cat([batch.prompt_mask[batch.group_index], batch.completion_mask[:, :-1].long()], dim=1)
+        start = batch.prompt_mask.sum(-1)[batch.group_index]
+        positions = start[:, None] + torch.arange(width - 1, device=start.device)[None, :]
+        out = model(
+            input_ids=batch.completion_ids[:, :-1],
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = torch.cat([first_logits[:, None], out.logits], dim=1)
+    return _token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
+
+
+def completion_logprobs_simple(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same result as :func:`completion_logprobs`, one full sequence per completion (reference path)."""
+    prompt_ids = batch.prompt_ids[batch.group_index]
+    prompt_mask = batch.prompt_mask[batch.group_index]
+    input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, batch.completion_mask.long()], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    width = batch.completion_width
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                logits_to_keep=width + 1)
+    return _token_logprobs(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)

@@ -1,0 +1,271 @@
+"""The training loop: sample → score → filter → advantages → update, then log and checkpoint.
+
+It reads top to bottom like the diagram in DESIGN.md. The method being trained enters only
+through the registries in :mod:`rlvr.algo`; there is no ``if algo == ...`` here.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups
+from rlvr.config import RunConfig
+from rlvr.data.from_config import build_datasets
+from rlvr.data.sampler import PromptSampler
+from rlvr.eval.evaluate import CORRECT_AT, evaluate
+from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
+from rlvr.models import load_model, load_tokenizer
+from rlvr.models.chat import encode_prompt
+from rlvr.rewards import RewardPool, RewardSpec
+from rlvr.rollout import Completion, HFEngine, SamplingParams
+from rlvr.train import checkpoint as ckpt
+from rlvr.train.batch import build_batch
+from rlvr.train.optim import build_optimizer, build_scheduler
+from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.update import policy_update
+
+
+@dataclass
+class Scored:
+    """One group of completions of one prompt, with rewards and advantages."""
+
+    example_index: int
+    completions: list[Completion]
+    results: list = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False):
+        self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
+        self.run_dir = prepare_run_dir(cfg, resume)
+        torch.manual_seed(cfg.seed)
+        if cfg.model.threads:
+            torch.set_num_threads(cfg.model.threads)
+
+        self.train_examples, self.eval_examples = build_datasets(cfg.data)
+        self.tokenizer = load_tokenizer(cfg.model.name)
+        start = ckpt.latest_checkpoint(self.run_dir / "checkpoints") if resume else None
+        model_path = str(start / "model") if start else cfg.model.name
+        self.model = load_model(model_path, cfg.model.dtype, cfg.model.device)
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0:  # no reference model at all when KL is off
+            self.ref_model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
+            self.ref_model.requires_grad_(False)
+        self.engine = HFEngine(self.model, self.tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences,
+                               seed=cfg.seed)
+        self.update_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.train_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.train_examples]
+        self.eval_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.eval_examples]
+
+        specs = [RewardSpec(name=r.name, weight=r.weight, params=r.params) for r in cfg.rewards.functions]
+        self.pool = RewardPool(specs, workers=cfg.rewards.workers, timeout_s=cfg.rewards.timeout_s)
+        # Held-out accuracy is judged by the first (correctness) reward alone, read leniently:
+        # answers outside <answer> tags still count, so "before" numbers measure the model, not its format.
+        first = cfg.rewards.functions[0]
+        eval_params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
+        self.eval_pool = RewardPool([RewardSpec(name=first.name, params=eval_params)],
+                                    workers=cfg.rewards.workers, timeout_s=cfg.rewards.timeout_s)
+
+        updates_per_step = cfg.algo.epochs * cfg.algo.minibatches
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.train.steps * updates_per_step, cfg.optim)
+        self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
+        self.step, self.elapsed = 0, 0.0
+        if start:
+            self._restore(start)
+        self.metrics_log = JsonlWriter(self.run_dir / "metrics.jsonl")
+        self.samples_log = JsonlWriter(self.run_dir / "samples.jsonl")
+
+    # ----------------------------------------------------------------------------- state
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"engine": self.engine.generator, "update": self.update_generator}
+
+    def _restore(self, path: Path) -> None:
+        state, trainer_state = ckpt.load_state(path)
+        self.optimizer.load_state_dict(trainer_state["optimizer"])
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        ckpt.restore_rng(trainer_state["rng"], self._generators())
+        self.step, self.elapsed = state["step"], state.get("elapsed", 0.0)
+        self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            truncate_after_step(self.run_dir / name, self.step)
+        self.console.print(f"resumed from {path} at step {self.step}")
+
+    def save(self) -> Path:
+        trainer_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": ckpt.rng_state(self._generators()),
+        }
+        state = {"sampler": self.sampler.state(), "elapsed": self.elapsed}
+        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.step, self.model, self.tokenizer,
+                                    trainer_state, state, self.cfg.train.keep_checkpoints)
+
+    # ----------------------------------------------------------------------------- one step
+    def _sample_groups(self, count: int) -> list[Scored]:
+        r = self.cfg.rollout
+        indices = self.sampler.take(count)
+        params = SamplingParams(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
+                                max_new_tokens=r.max_new_tokens)
+        groups = self.engine.generate([self.train_prompts[i] for i in indices], params)
+        flat = [c for g in groups for c in g]
+        examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
+        results = self.pool.score([c.text for c in flat], examples, [len(c) for c in flat],
+                                  [c.finish_reason for c in flat])
+        scored = []
+        for k, (index, group) in enumerate(zip(indices, groups)):
+            scored.append(Scored(index, group, results[k * r.group_size : (k + 1) * r.group_size]))
+        return scored
+
+    def _rewards(self, group: Scored) -> list[float | None]:
+        zero_on_error = self.cfg.rewards.on_error == "zero"
+        return [r.total if r.total is not None else (0.0 if zero_on_error else None) for r in group.results]
+
+    def collect(self) -> tuple[list[Scored], dict[str, float]]:
+        """Sample and score groups; keep those that carry signal (refilling if configured)."""
+        a = self.cfg.algo
+        want = self.cfg.rollout.prompts_per_step
+        kept: list[Scored] = []
+        seen: list[Scored] = []
+        rounds = 1 + (a.max_refills if a.refill else 0)
+        for _ in range(rounds):
+            batch = self._sample_groups(want - len(kept) if kept else want)
+            seen.extend(batch)
+            usable = [g for g in batch if None not in self._rewards(g)]  # errored groups are skipped
+            if a.dynamic_sampling and usable:
+                flat = torch.tensor([x for g in usable for x in self._rewards(g)])
+                index = torch.arange(len(usable)).repeat_interleave(torch.tensor([len(g.results) for g in usable]))
+                informative = informative_groups(flat, index)
+                usable = [g for g, keep in zip(usable, informative.tolist()) if keep]
+            kept.extend(usable)
+            if len(kept) >= want or not a.refill:
+                break
+        kept = kept[:want] if a.refill else kept
+        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
+        return kept, {**stats, **self._reward_metrics(seen)}
+
+    def _reward_metrics(self, groups: list[Scored]) -> dict[str, float]:
+        results = [r for g in groups for r in g.results]
+        completions = [c for g in groups for c in g.completions]
+        first = self.cfg.rewards.functions[0].name
+        totals = [r.total for r in results if r.total is not None]
+        metrics = {
+            "reward/mean": sum(totals) / max(len(totals), 1),
+            "reward/errors": float(sum(bool(r.errors) for r in results)),
+            "train/accuracy": sum(r.components.get(first, 0.0) >= CORRECT_AT for r in results) / max(len(results), 1),
+            "completion/mean_length": sum(len(c) for c in completions) / max(len(completions), 1),
+            "completion/truncated_rate": sum(c.finish_reason == "length" for c in completions) / max(len(completions), 1),
+        }
+        for name in {k for r in results for k in r.components}:
+            values = [r.components[name] for r in results if name in r.components]
+            metrics[f"reward/{name}"] = sum(values) / max(len(values), 1)
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        groups, metrics = self.collect()
+        t_collect = time.perf_counter() - t0
+        if groups:
+            rewards = torch.tensor([x for g in groups for x in self._rewards(g)], dtype=torch.float32)
+            sizes = torch.tensor([len(g.completions) for g in groups])
+            index = torch.arange(len(groups)).repeat_interleave(sizes)
+            estimator = ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage)
+            advantages = estimator(rewards, index, **self.cfg.algo.advantage_params).tolist()
+            offset = 0
+            for g in groups:
+                g.advantages = advantages[offset : offset + len(g.completions)]
+                offset += len(g.completions)
+            batch = build_batch([g.completions for g in groups], advantages, self.engine.pad_id)
+            metrics.update(policy_update(
+                self.model, self.optimizer, self.scheduler, batch.to(self.cfg.model.device), self.cfg.algo,
+                self.cfg.optim.grad_clip, self.cfg.rollout.temperature, self.cfg.rollout.max_new_tokens,
+                self.ref_model, self.update_generator,
+            ))
+            self.engine.sync_weights(self.model)
+        else:
+            metrics["update/skipped"] = 1.0
+        dt = time.perf_counter() - t0
+        self.step += 1
+        self.elapsed += dt
+        tokens = metrics["completion/mean_length"] * metrics["groups/sampled"] * self.cfg.rollout.group_size
+        metrics.update({"time/step_s": dt, "time/collect_s": t_collect, "time/update_s": dt - t_collect,
+                        "throughput/tokens_per_s": tokens / dt})
+        self._log_samples(groups)
+        return metrics
+
+    def _log_samples(self, groups: list[Scored]) -> None:
+        n = self.cfg.train.log_samples
+        written = 0
+        for g in groups:
+            for c, r, adv in zip(g.completions, g.results, g.advantages):
+                if 0 <= n <= written:
+                    return
+                example = self.train_examples[g.example_index]
+                self.samples_log.write({
+                    "step": self.step, "example_id": example.id, "prompt": example.question,
+                    "reference": example.reference, "completion": c.text, "finish_reason": c.finish_reason,
+                    "tokens": len(c), "reward": r.total, "rewards": r.components, "errors": r.errors,
+                    "advantage": adv,
+                })
+                written += 1
+
+    # ----------------------------------------------------------------------------- loop
+    def run_eval(self, label: str) -> dict[str, float]:
+        if not self.eval_examples:
+            return {}
+        max_new = self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens
+        with eval_progress(self.console, disable=self.quiet) as progress:
+            task = progress.add_task(f"eval ({label})", total=len(self.eval_examples))
+            metrics = evaluate(
+                self.engine, self.eval_prompts, self.eval_examples,
+                lambda texts, examples, comps: self.eval_pool.score(
+                    texts, examples, [len(c) for c in comps], [c.finish_reason for c in comps]),
+                max_new, self.cfg.eval.samples, self.cfg.eval.pass_k, self.cfg.eval.temperature,
+                chunk=self.cfg.rollout.max_batch_sequences,
+                on_progress=lambda n: progress.advance(task, n),
+            )
+        self.metrics_log.write({"step": self.step, "phase": label, **metrics})
+        return metrics
+
+    def fit(self) -> dict[str, dict[str, float]]:
+        cfg = self.cfg
+        results: dict[str, dict[str, float]] = {}
+        if self.step == 0:
+            results["before"] = self.run_eval("before")
+        deadline = time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None
+        with training_progress(self.console, disable=self.quiet) as progress:
+            task = progress.add_task("train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0)
+            while self.step < cfg.train.steps:
+                metrics = self.train_step()
+                self.metrics_log.write({"step": self.step, "phase": "train", **metrics})
+                progress.update(task, completed=self.step, reward=metrics["reward/mean"],
+                                acc=metrics["train/accuracy"], tps=metrics["throughput/tokens_per_s"])
+                if cfg.train.save_every and self.step % cfg.train.save_every == 0:
+                    self.save()
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
+                    self.run_eval("periodic")
+                if deadline and time.perf_counter() > deadline:
+                    self.console.print(f"time limit reached after step {self.step}")
+                    break
+        self.save()
+        results["after"] = self.run_eval("after")
+        return results
+
+    def close(self) -> None:
+        self.pool.close()
+        self.eval_pool.close()
+        self.metrics_log.close()
+        self.samples_log.close()
+
+
+def reference_copy(model: torch.nn.Module) -> torch.nn.Module:
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref

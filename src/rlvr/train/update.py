@@ -1,0 +1,106 @@
+"""One policy update on a scored rollout batch: epochs × minibatches × micro-batches.
+
+The algorithm enters only through registered functions (loss, KL estimator, aggregation weights);
+nothing here knows which method is running.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights
+from rlvr.config.schema import AlgoConfig
+from rlvr.train.batch import TrainBatch
+from rlvr.train.logprobs import completion_logprobs
+
+
+def _micro_slices(n: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+@torch.no_grad()
+def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
+    """Logprobs [B, T] of the whole batch without gradient (old policy or reference)."""
+    out = torch.zeros_like(batch.sampling_logprobs)
+    for rows in _micro_slices(len(batch), micro):
+        sub = batch.select(rows)
+        out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
+    return out
+
+
+def minibatch_rows(batch: TrainBatch, count: int, generator: torch.Generator | None) -> list[torch.Tensor]:
+    """Split completion rows into ``count`` minibatches of whole groups (shuffled when count > 1).
+
+    Keeping a group together lets its prompt be encoded once per micro-batch.
+    """
+    groups = int(batch.group_index.max()) + 1
+    order = torch.randperm(groups, generator=generator) if count > 1 else torch.arange(groups)
+    rows = []
+    for chunk in order.chunk(min(count, groups)):
+        rows.append(torch.cat([(batch.group_index == g).nonzero().flatten() for g in chunk.tolist()]))
+    return rows
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    batch: TrainBatch,
+    cfg: AlgoConfig,
+    grad_clip: float,
+    temperature: float,
+    max_new_tokens: int,
+    ref_model: torch.nn.Module | None = None,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Update ``model`` on ``batch``; return diagnostics averaged over optimizer steps."""
+    loss_fn = POLICY_LOSSES.get(cfg.loss)
+    kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
+    loss_params = {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high} if cfg.loss == "ppo_clip" else {}
+    on_policy = cfg.epochs == 1 and cfg.minibatches == 1
+    # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
+    # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
+    old_all = None if on_policy else batch_logprobs(model, batch, cfg.micro_batch_size, temperature)
+    ref_all = None
+    if cfg.kl_coef > 0 and ref_model is not None:
+        ref_all = batch_logprobs(ref_model, batch, cfg.micro_batch_size, temperature)
+
+    sums: dict[str, float] = defaultdict(float)
+    updates = 0
+    for _ in range(cfg.epochs):
+        for rows in minibatch_rows(batch, cfg.minibatches, generator):
+            mini = batch.select(rows)
+            weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens)
+            slices = _micro_slices(len(mini), cfg.micro_batch_size)
+            optimizer.zero_grad(set_to_none=True)
+            for micro_rows in slices:
+                micro = mini.select(micro_rows)
+                width, mask = micro.completion_width, micro.completion_mask
+                logprobs, entropy = completion_logprobs(model, micro, temperature, with_entropy=True)
+                old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
+                per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **loss_params)
+                w = weights[micro_rows, :width]
+                loss = (per_token * w).sum()
+                if ref_all is not None:
+                    kl = kl_fn(logprobs, ref_all[rows][micro_rows, :width])
+                    loss = loss + cfg.kl_coef * (kl * w).sum()
+                    sums["kl"] += float((kl.detach() * w).sum())
+                loss.backward()
+                sums["loss"] += float(loss.detach())
+                # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
+                token_share = float(mask.sum() / mini.completion_mask.sum().clamp(min=1))
+                n_tok = mask.sum().clamp(min=1)
+                sums["entropy"] += float((entropy * mask).sum() / n_tok) * token_share
+                sums["sampler_logprob_diff"] += (
+                    float(((logprobs.detach() - micro.sampling_logprobs).abs() * mask).sum() / n_tok) * token_share
+                )
+                for key, value in stats.items():
+                    sums[key] += value * token_share
+            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+            sums["lr"] += scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            updates += 1
+    return {f"update/{key}": value / updates for key, value in sums.items()}

@@ -1,0 +1,104 @@
+"""Misbehaving and helper rewards for the reward-pool tests.
+
+They live in an importable module (not in the test file) because rewards run in worker processes,
+which find them by import path ("reward_fixtures:spin") or by registered name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import time
+
+from rlvr.rewards import register_reward
+
+
+def spin(completion, example):
+    while True:
+        pass
+
+
+def sleep_long(completion, example):
+    time.sleep(100)
+    return 1.0
+
+
+def hang_in_c(completion, example):
+    # Catastrophic backtracking: the regex engine runs in C and holds the GIL the whole time.
+    re.match(r"(a+)+$", "a" * 64 + "b")
+    return 1.0
+
+
+def crash(completion, example):
+    os._exit(3)
+
+
+def segfault(completion, example):
+    ctypes.string_at(0)
+    return 1.0
+
+
+def boom(completion, example):
+    raise ValueError("bad thing happened\nsecond line")
+
+
+def exits(completion, example):
+    raise SystemExit(0)
+
+
+def nan(completion, example):
+    return float("nan")
+
+
+def wrong_type(completion, example):
+    return "1.0"
+
+
+def returns_none(completion, example):
+    return None
+
+
+def parts(completion, example):
+    return {"score": 0.5, "bonus": 2.0}
+
+
+def parts_no_score(completion, example):
+    return {"a": 1.0, "b": 2.0}
+
+
+def pid(completion, example):
+    return float(os.getpid())
+
+
+def sleep_then_len(completion, example, *, seconds: float = 0.1):
+    time.sleep(seconds)
+    return float(len(completion))
+
+
+def misbehave(completion, example):
+    """Behaviour chosen per item, so that one batch can mix good and bad calls."""
+    if completion == "spin":
+        return spin(completion, example)
+    if completion == "crash":
+        return crash(completion, example)
+    if completion == "segfault":
+        return segfault(completion, example)
+    if completion == "raise":
+        return boom(completion, example)
+    if completion == "sleep":
+        return sleep_long(completion, example)
+    return float(len(completion))
+
+
+def token_info(completion, example, *, completion_tokens=None, finish_reason=None):
+    return {"tokens": float(completion_tokens), "cut": 1.0 if finish_reason == "length" else 0.0}
+
+
+def any_kwargs(completion, example, **kwargs):
+    return float(len(kwargs))
+
+
+@register_reward("fixture_scaled_len")
+def scaled_len(completion, example, *, scale: float = 1.0):
+    return scale * len(completion)

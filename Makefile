@@ -27,7 +27,7 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 test-all: setup
-	$(BIN)/python -m pytest -q -m "slow or not slow" --runslow
+	$(BIN)/python -m pytest -q --runslow
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

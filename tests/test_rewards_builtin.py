@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.data.example import Example
-from rlvr.rewards import get_reward, list_rewards
+from rlvr.errors import RlvrError
+from rlvr.rewards import get_reward, list_rewards, register_reward
 
 
 def _example(reference=None, **metadata):
@@ -29,7 +30,37 @@ def chain_sum():
 
 def test_builtins_are_registered():
     names = set(list_rewards())
-    assert {"reasoning_gym", "math", "exact_match", "format", "length_penalty", "overlong"} <= names
+    assert {
+        "reasoning_gym",
+        "math",
+        "exact_match",
+        "format",
+        "length_penalty",
+        "overlong",
+        "verifier",
+    } <= names
+
+
+def test_registry_rejects_taken_names_and_import_path_names():
+    def first(completion, example):
+        return 1.0
+
+    def second(completion, example):
+        return 2.0
+
+    register_reward("test_builtin_taken")(first)
+    register_reward("test_builtin_taken")(first)  # the same function again (a re-import) is fine
+    assert get_reward("test_builtin_taken") is first
+    with pytest.raises(RlvrError, match="test_builtin_taken"):
+        register_reward("test_builtin_taken")(second)
+    with pytest.raises(RlvrError, match="import path"):
+        register_reward("pkg.mod:fn")
+
+
+def test_get_reward_resolves_import_paths():
+    assert get_reward("rlvr.rewards.builtin:format_reward") is get_reward("format")
+    with pytest.raises(RlvrError, match="format_rewardd"):
+        get_reward("rlvr.rewards.builtin:format_rewardd")
 
 
 # -- reasoning_gym -------------------------------------------------------------------------------
@@ -191,3 +222,23 @@ def test_overlong_without_buffer_is_a_hard_cliff():
     assert reward("x", _example(), max_tokens=100, buffer=0, completion_tokens=101) == -1.0
     with pytest.raises(ValueError, match="buffer"):
         reward("x", _example(), max_tokens=100, buffer=101, completion_tokens=1)
+
+
+# -- verifier routing ----------------------------------------------------------------------------
+
+
+def test_verifier_routes_by_example(chain_sum):
+    reward = get_reward("verifier")
+    rg_example = chain_sum[0]
+    rg_example.verifier = "reasoning_gym"
+    answer = rg_example.metadata["rg_entry"]["answer"]
+    assert reward(f"<answer>{answer}</answer>", rg_example) == 1.0
+    math_example = Example(id="m", prompt=[], reference="0.5", verifier="math")
+    assert reward(r"\boxed{\frac12}", math_example) == 1.0
+    assert reward(r"\boxed{\frac12}", math_example, reward_params={"math": {"extract": "answer_tag"}}) == 0.0
+    assert reward("<answer>0.5</answer>", _example("0.5"), default="exact_match") == 1.0
+    overlong = {"overlong": {"max_tokens": 10, "buffer": 5}}
+    cut = Example(id="o", prompt=[], verifier="overlong")
+    assert reward("x", cut, reward_params=overlong, completion_tokens=1, finish_reason="length") == -1.0
+    with pytest.raises(ValueError, match="names no verifier"):
+        reward("x", _example("1"))

@@ -12,7 +12,7 @@ import reasoning_gym
 
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
-from rlvr.rewards import RewardPool, RewardResult, RewardSpec, list_rewards
+from rlvr.rewards import RewardPool, RewardResult, RewardSpec, list_rewards, register_reward
 
 # Workers resolve rewards by import path; they inherit sys.path, so make the fixtures importable
 # here whatever pytest's rootdir / import mode is.
@@ -121,6 +121,21 @@ def test_reasoning_gym_through_the_pool():
     assert [r.components["reasoning_gym"] for r in results] == [1.0, 0.0, 1.0, 0.0, 1.0]
     assert [r.total for r in results] == [1.5, 0.5, 1.5, 0.5, 1.5]
     assert all(r.ok for r in results)
+
+
+def test_verifier_routes_mixed_sources_in_workers():
+    batch = [
+        Example(id="m", prompt=[], reference=r"\frac{1}{2}", verifier="math"),
+        Example(id="e", prompt=[], reference="Paris", verifier="exact_match"),
+        Example(id="o", prompt=[], verifier="overlong"),
+    ]
+    overlong = {"overlong": {"max_tokens": 10, "buffer": 5}}
+    spec = RewardSpec(name="verifier", params={"reward_params": overlong})
+    with RewardPool([spec], workers=2) as pool:
+        results = pool.score(
+            ["<answer>0.5</answer>", "<answer>Paris</answer>", "x"], batch, completion_tokens=[1, 1, 8]
+        )
+    assert [r.total for r in results] == [1.0, 1.0, -0.6]
 
 
 def test_results_keep_item_order_across_chunks():
@@ -284,3 +299,14 @@ def test_rewards_registered_in_an_importable_module_resolve_in_workers():
     with RewardPool([RewardSpec(name="fixture_scaled_len", params={"scale": 3.0})], workers=1) as pool:
         [result] = pool.score(["abcd"], examples(1))
     assert result == RewardResult(total=12.0, components={"fixture_scaled_len": 12.0}, errors={})
+
+
+def test_reward_registered_in_a_function_body_is_an_error_in_workers():
+    @register_reward("test_pool_local_only")
+    def local_only(completion, example):
+        return 1.0
+
+    with RewardPool([RewardSpec(name="test_pool_local_only")], workers=1) as pool:
+        [result] = pool.score(["a"], examples(1))
+    assert result.total is None
+    assert "not available in worker processes" in result.errors["test_pool_local_only"]

@@ -41,5 +41,6 @@ def grpo_advantages(
     """
     advantages = rewards - group_mean(rewards, group_index)
     if normalize_std:
-        advantages = advantages / (group_std(rewards, group_index) + eps)
+        std = group_std(rewards, group_index)
+        advantages = torch.where(std > 0, advantages / (std + eps), torch.zeros_like(advantages))
     return advantages

@@ -15,6 +15,7 @@ the pool reports that as a reward error instead of a silent 0.0.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -22,7 +23,7 @@ from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
 from rlvr.rewards.extract import extract_answer
-from rlvr.rewards.registry import register_reward
+from rlvr.rewards.registry import get_reward, register_reward
 
 ExtractMode = Literal["auto", "answer_tag", "boxed", "answer_line", "last_number"]
 
@@ -185,3 +186,42 @@ def _require_tokens(reward: str, completion_tokens: int | None) -> int:
     if completion_tokens is None:
         raise ValueError(f"{reward} needs token counts: pass completion_tokens= to RewardPool.score")
     return completion_tokens
+
+
+@register_reward("verifier")
+def verifier_reward(
+    completion: str,
+    example: Example,
+    *,
+    default: str | None = None,
+    reward_params: dict[str, dict[str, Any]] | None = None,
+    completion_tokens: int | None = None,
+    finish_reason: str | None = None,
+) -> float | dict[str, float]:
+    """Route each example to the reward its ``example.verifier`` names (``default`` if it names none).
+
+    For datasets that mix sources (reasoning-gym tasks next to math problems): one spec scores them
+    all. ``reward_params`` maps a reward name to the keyword arguments it gets, e.g.
+    ``{"math": {"extract": "boxed"}}``.
+    """
+    name = example.verifier or default
+    if name is None:
+        raise ValueError(f"example {example.id!r} names no verifier and the verifier reward has no default")
+    if name == "verifier":
+        raise ValueError(f"example {example.id!r}: verifier 'verifier' would route to itself")
+    fn = get_reward(name)
+    kwargs = dict((reward_params or {}).get(name, {}))
+    accepted = _pool_kwargs_accepted(fn)
+    if "completion_tokens" in accepted:
+        kwargs["completion_tokens"] = completion_tokens
+    if "finish_reason" in accepted:
+        kwargs["finish_reason"] = finish_reason
+    return fn(completion, example, **kwargs)
+
+
+@functools.lru_cache(maxsize=256)
+def _pool_kwargs_accepted(fn: Callable[..., Any]) -> frozenset[str]:
+    parameters = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return frozenset({"completion_tokens", "finish_reason"})
+    return frozenset(parameters) & {"completion_tokens", "finish_reason"}

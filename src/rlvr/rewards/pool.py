@@ -108,10 +108,10 @@ class RewardPool:
     seconds of wall-clock time. Workers start in the constructor and live until :meth:`close`
     (or the end of a ``with`` block), so their start-up cost is paid once.
 
-    Rewards must be importable by the workers: registered in a module (not a notebook cell or a
-    function body) or named by an import path. A script that creates a pool needs the usual
-    ``if __name__ == "__main__":`` guard, because workers import the main module to find rewards
-    registered there.
+    Rewards must be importable by the workers: registered at the top level of a module or of the
+    main script (not in a notebook cell or a function body), or named by an import path. A script
+    that creates a pool needs the usual ``if __name__ == "__main__":`` guard, because the worker
+    side imports the main module (once, in the forkserver) to find the rewards registered there.
     """
 
     def __init__(self, specs: list[RewardSpec], workers: int = 0, timeout_s: float = 5.0) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rlvr.rewards.registry import list_rewards, reward_preload
+from rlvr.rewards.registry import get_reward, list_rewards, reward_preload
 from rlvr.rewards.spec import CallSpec
 
 _MAX_MESSAGE = 500
@@ -117,8 +117,6 @@ def describe_exception(exc: BaseException) -> str:
 
 def _resolve(spec: CallSpec) -> Callable[..., Any] | str:
     """The reward function, or an error message to report for every call of it."""
-    from rlvr.rewards.registry import get_reward
-
     try:
         try:
             return get_reward(spec.name)
@@ -211,16 +209,20 @@ class WorkerHandle:
 
 
 def mp_context(preload: list[str]) -> Any:
-    """A forkserver context that preloads the reward modules; spawn where forkserver is missing.
+    """A running forkserver context that preloads the reward modules; spawn without forkserver.
 
     The forkserver starts once per process with the preload list of that moment, so it gets the
     heavy modules of *every* registered reward, not only this pool's: later pools fork warm too.
+    It also imports the main module once (see :mod:`rlvr.rewards._forkserver_main`).
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, spawn
+
+    from rlvr.rewards._forkserver_main import MAIN_ENV
 
     modules = [
+        "rlvr.rewards._forkserver_main",
         "rlvr.rewards.builtin",
         *(m for name in list_rewards() for m in reward_preload(name)),
         *preload,
@@ -229,4 +231,14 @@ def mp_context(preload: list[str]) -> Any:
     # Keep whatever the application asked for (the default is ["__main__"]).
     current = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
     ctx.set_forkserver_preload(list(dict.fromkeys([*current, *modules])))
+    data = spawn.get_preparation_data("rlvr-reward")
+    if "init_main_from_path" in data:
+        main = f"path:{data['init_main_from_path']}"
+    else:
+        main = f"name:{data['init_main_from_name']}" if "init_main_from_name" in data else ""
+    os.environ[MAIN_ENV] = main
+    try:
+        forkserver.ensure_running()  # now, while the variable is set
+    finally:
+        os.environ.pop(MAIN_ENV, None)
     return ctx

@@ -1,0 +1,60 @@
+"""The shared-prefix forward/backward gives the same logprobs and gradients as full sequences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.models import load_model
+from rlvr.rollout import Completion
+from rlvr.train.batch import build_batch
+from rlvr.train.logprobs import completion_logprobs, completion_logprobs_simple
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return load_model("tiny-random")
+
+
+def _groups(lengths_per_group: list[list[int]], prompt_lengths: list[int]) -> list[list[Completion]]:
+    gen = torch.Generator().manual_seed(1)
+    groups = []
+    for p, (plen, lengths) in enumerate(zip(prompt_lengths, lengths_per_group)):
+        prompt = torch.randint(10, 4000, (plen,), generator=gen).tolist()
+        group = []
+        for n in lengths:
+            ids = torch.randint(10, 4000, (n,), generator=gen).tolist()
+            group.append(Completion(p, prompt, ids, [0.0] * n, "stop"))
+        groups.append(group)
+    return groups
+
+
+def _grads(model, fn, batch):
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = fn(model, batch, temperature=0.7)
+    weights = batch.completion_mask * batch.advantages[:, None]
+    (logprobs * weights).sum().backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return logprobs.detach(), grads
+
+
+def test_shared_prefix_matches_full_sequences(tiny) -> None:
+    groups = _groups([[3, 7, 1, 5], [6, 2], [1]], prompt_lengths=[9, 4, 6])
+    batch = build_batch(groups, torch.linspace(-1, 1, 7).tolist(), pad_id=2)
+    fast_lp, fast_g = _grads(tiny, completion_logprobs, batch)
+    slow_lp, slow_g = _grads(tiny, completion_logprobs_simple, batch)
+    mask = batch.completion_mask.bool()
+    assert torch.allclose(fast_lp[mask], slow_lp[mask], atol=1e-5)
+    assert torch.allclose(fast_g, slow_g, rtol=1e-4, atol=1e-6)
+    assert not torch.isnan(fast_g).any()
+
+
+def test_selecting_rows_keeps_only_their_prompts_and_trims_padding() -> None:
+    groups = _groups([[3, 2], [8, 1]], prompt_lengths=[5, 12])
+    batch = build_batch(groups, [1.0, -1.0, 0.5, -0.5], pad_id=2)
+    sub = batch.select(slice(0, 2))
+    assert sub.prompt_ids.shape == (1, 5)  # the 12-token prompt and its padding are gone
+    assert sub.completion_ids.shape == (2, 3)
+    assert sub.group_index.tolist() == [0, 0]
+    assert sub.advantages.tolist() == [1.0, -1.0]

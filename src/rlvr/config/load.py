@@ -25,6 +25,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError as err:
         raise RlvrError(f"override '{item}': value is not valid YAML ({err})") from err
+    if isinstance(value, str):
+        try:  # YAML 1.1 reads "1e-5" (no dot) as a string; users mean a number
+            value = float(value) if any(c in value.lower() for c in ".e") else int(value)
+        except ValueError:
+            pass
     return key.split("."), value
 
 

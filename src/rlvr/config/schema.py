@@ -42,6 +42,13 @@ class DataConfig(Section):
     eval_size: int = Field(200, ge=0, description="Held-out prompts for evaluation (disjoint from training).")
     seed: int = Field(0, description="Seed for generating/splitting data.")
     system_prompt: str | None = Field(None, description="System message; None keeps the chat template's default.")
+    few_shot: list[tuple[str, str]] = Field(
+        default_factory=lambda: [
+            ("State the final answer to the following arithmetic problem: 12 + 5 =", "12 + 5 = 17\n<answer>17</answer>")
+        ],
+        description="Demonstrations [question, reply] shown before every question (the default one suits "
+        "the default arithmetic task; set [] for zero-shot).",
+    )
     answer_format: str | None = Field(
         "answer_tag", description="Instruction appended to every question: answer_tag, boxed, none or literal text."
     )
@@ -121,7 +128,7 @@ class TrainConfig(Section):
     time_limit_s: float | None = Field(None, gt=0, description="Stop training after this many seconds.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
-    log_samples: int = Field(4, ge=0, description="Completions per step written to samples.jsonl (all: -1).")
+    log_samples: int = Field(8, ge=-1, description="Completions per step written to samples.jsonl (-1: all).")
 
 
 class RunConfig(Section):

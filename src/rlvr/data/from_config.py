@@ -6,6 +6,7 @@ from rlvr.config.schema import DataConfig
 from rlvr.data.example import Example
 from rlvr.data.file_source import load_file
 from rlvr.data.hf_source import load_hf_dataset
+from rlvr.data.prompts import demonstration_turns, insert_demonstrations
 from rlvr.data.reasoning_gym_source import load_reasoning_gym
 from rlvr.data.split import drop_overlap, split_train_eval
 from rlvr.errors import RlvrError
@@ -13,6 +14,15 @@ from rlvr.errors import RlvrError
 
 def build_datasets(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
     """(train, eval) examples; eval is disjoint from train by question text."""
+    train, held_out = _load(cfg)
+    if cfg.few_shot:
+        turns = demonstration_turns(cfg.few_shot, cfg.answer_format)
+        for example in (*train, *held_out):
+            example.prompt = insert_demonstrations(example.prompt, turns)
+    return train, held_out
+
+
+def _load(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
     common = {"system_prompt": cfg.system_prompt, "answer_format": cfg.answer_format}
     if cfg.source == "reasoning_gym":
         # Two seeds, two generators: the held-out set never depends on train_size.

@@ -47,3 +47,23 @@ def build_messages(
         messages.append({"role": "system", "content": system_prompt})
     messages.append({"role": "user", "content": content})
     return messages
+
+
+def demonstration_turns(shots: list[tuple[str, str]], answer_format: str | None) -> list[dict[str, str]]:
+    """Few-shot demonstrations as chat turns: each question (worded like real prompts) and its reply.
+
+    Small instruct models rarely follow a format from an instruction alone; one worked example in
+    the conversation shows it (SmolLM2-135M uses <answer> tags in ~1% of samples zero-shot, ~16%
+    with one demonstration).
+    """
+    turns: list[dict[str, str]] = []
+    for question, reply in shots:
+        turns.extend(build_messages(question, None, answer_format))
+        turns.append({"role": "assistant", "content": reply})
+    return turns
+
+
+def insert_demonstrations(messages: list[dict[str, str]], turns: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``messages`` with ``turns`` placed after any system message and before the conversation."""
+    head = [m for m in messages[:1] if m.get("role") == "system"]
+    return [*head, *turns, *messages[len(head) :]]

@@ -48,7 +48,9 @@ def load_tokenizer(name_or_path: str):
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
     """A ``transformers`` causal LM in ``dtype`` on ``device``, in train mode with no dropout."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a weight-loading bar per load drowns rlvr's own progress
     path = resolve_model_path(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(

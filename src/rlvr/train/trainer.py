@@ -128,8 +128,8 @@ class Trainer:
         zero_on_error = self.cfg.rewards.on_error == "zero"
         return [r.total if r.total is not None else (0.0 if zero_on_error else None) for r in group.results]
 
-    def collect(self) -> tuple[list[Scored], dict[str, float]]:
-        """Sample and score groups; keep those that carry signal (refilling if configured)."""
+    def collect(self) -> tuple[list[Scored], list[Scored], dict[str, float]]:
+        """Sample and score groups; return (kept groups, all sampled groups, metrics)."""
         a = self.cfg.algo
         want = self.cfg.rollout.prompts_per_step
         kept: list[Scored] = []
@@ -149,7 +149,7 @@ class Trainer:
                 break
         kept = kept[:want] if a.refill else kept
         stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
-        return kept, {**stats, **self._reward_metrics(seen)}
+        return kept, seen, {**stats, **self._reward_metrics(seen)}
 
     def _reward_metrics(self, groups: list[Scored]) -> dict[str, float]:
         results = [r for g in groups for r in g.results]
@@ -170,7 +170,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        groups, metrics = self.collect()
+        groups, seen, metrics = self.collect()
         t_collect = time.perf_counter() - t0
         if groups:
             rewards = torch.tensor([x for g in groups for x in self._rewards(g)], dtype=torch.float32)
@@ -197,14 +197,15 @@ class Trainer:
         tokens = metrics["completion/mean_length"] * metrics["groups/sampled"] * self.cfg.rollout.group_size
         metrics.update({"time/step_s": dt, "time/collect_s": t_collect, "time/update_s": dt - t_collect,
                         "throughput/tokens_per_s": tokens / dt})
-        self._log_samples(groups)
+        self._log_samples(seen)
         return metrics
 
     def _log_samples(self, groups: list[Scored]) -> None:
         n = self.cfg.train.log_samples
         written = 0
         for g in groups:
-            for c, r, adv in zip(g.completions, g.results, g.advantages):
+            advantages = g.advantages or [None] * len(g.completions)  # None: group dropped before the update
+            for c, r, adv in zip(g.completions, g.results, advantages):
                 if 0 <= n <= written:
                     return
                 example = self.train_examples[g.example_index]

@@ -1,0 +1,69 @@
+"""The CLI: bad input gives one clear message and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RLVR = [sys.executable, "-m", "rlvr.cli"]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([*RLVR, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["config", "show", "algo.klcoef=1"], "algo.klcoef: unknown key"),
+        (["config", "show", "missing.yaml"], "missing.yaml does not exist"),
+        (["train", "model.name=no/such-model", "data.train_size=4", "data.eval_size=1"], "not available offline"),
+        (["train", "data.task=chain_sums"], "Did you mean: chain_sum"),
+        (["train", "data.source=file", "data.path=/nonexistent/x.jsonl"], "/nonexistent/x.jsonl"),
+        (["eval", "--model", "/tmp/definitely-not-a-model-dir-rlvr", "--task", "chain_sum"], "not available offline"),
+    ],
+)
+def test_bad_input_exits_2_with_message(tmp_path, args, needle) -> None:
+    result = run(*args, f"output_dir={tmp_path}" if args[0] == "train" else "name=x", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert needle in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_data_row_is_named_and_nothing_written(tmp_path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": \n')
+    result = run("train", "data.source=file", f"data.path={data}", "data.eval_size=1",
+                 "model.name=tiny-random", f"output_dir={tmp_path / 'runs'}", "name=bad")
+    assert result.returncode == 2
+    assert "d.jsonl" in result.stderr and "line 2" in result.stderr
+    assert not (tmp_path / "runs" / "bad" / "metrics.jsonl").exists()
+
+
+def test_unwritable_run_dir(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run("train", "model.name=tiny-random", f"output_dir={blocker}", "name=r")
+    assert result.returncode == 2
+    assert "cannot create run directory" in result.stderr
+
+
+def test_debug_shows_traceback() -> None:
+    result = run("--debug", "config", "show", "algo.klcoef=1")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_config_show_prints_resolved_yaml() -> None:
+    result = run("config", "show", "optim.lr=0.5")
+    assert result.returncode == 0
+    assert "lr: 0.5" in result.stdout and "group_size: 8" in result.stdout
+
+
+def test_tasks_lists_reasoning_gym() -> None:
+    result = run("tasks")
+    assert result.returncode == 0 and "chain_sum" in result.stdout and "jsonl" in result.stdout

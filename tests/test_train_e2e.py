@@ -1,0 +1,99 @@
+"""End-to-end training on tiny-random: the run directory, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rlvr import api
+from rlvr.config import load_config
+from rlvr.errors import RlvrError
+from rlvr.log import read_jsonl
+
+TINY = [
+    "model.name=tiny-random",
+    "model.threads=1",
+    "data.train_size=64",
+    "data.eval_size=8",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    # tiny-random never answers; a character-count reward (tests/reward_fixtures.py) still varies
+    # within groups, so updates happen
+    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
+    "rewards.workers=1",
+    "algo.micro_batch_size=4",
+    "train.log_samples=-1",
+]
+
+
+def _cfg(tmp_path, *extra: str):
+    return load_config(None, [*TINY, f"output_dir={tmp_path}", *extra])
+
+
+def test_train_writes_a_complete_run_directory(tmp_path) -> None:
+    cfg = _cfg(tmp_path, "name=run", "train.steps=3", "train.save_every=2")
+    results = api.train(cfg, quiet=True)
+    run = tmp_path / "run"
+    assert {"before", "after"} <= set(results)
+    metrics = read_jsonl(run / "metrics.jsonl")
+    train_rows = [r for r in metrics if r["phase"] == "train"]
+    assert [r["step"] for r in train_rows] == [1, 2, 3]
+    assert all("reward/mean" in r and "update/loss" in r for r in train_rows if "update/skipped" not in r)
+    samples = read_jsonl(run / "samples.jsonl")
+    assert samples and {"prompt", "completion", "rewards", "advantage", "errors"} <= set(samples[0])
+    assert (run / "config.yaml").exists()
+    checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert checkpoints == ["step-000002", "step-000003"]
+    assert (run / "checkpoints" / "step-000003" / "model" / "config.json").exists()
+    # a checkpoint is a loadable model
+    from rlvr.models import load_model
+
+    load_model(str(run / "checkpoints" / "step-000003" / "model"))
+
+
+def test_training_changes_the_weights(tmp_path) -> None:
+    from rlvr.models import load_model
+
+    cfg = _cfg(tmp_path, "name=w", "train.steps=2", "optim.lr=1e-3", "optim.warmup_steps=0")
+    api.train(cfg, quiet=True)
+    before = load_model("tiny-random")
+    after = load_model(str(tmp_path / "w" / "checkpoints" / "step-000002" / "model"))
+    diffs = [float((a - b).detach().abs().max()) for a, b in zip(after.parameters(), before.parameters())]
+    assert max(diffs) > 1e-4
+
+
+def test_resume_continues_exactly(tmp_path) -> None:
+    steps = ["train.steps=4", "train.save_every=2", "optim.lr=1e-3"]
+    api.train(_cfg(tmp_path, "name=full", *steps), quiet=True)
+    # interrupted run: stop after step 2 (same schedule length), then resume to 4
+    api.train(_cfg(tmp_path, "name=cut", *steps, "train.time_limit_s=0.001"), quiet=True)
+    cut = [r for r in read_jsonl(tmp_path / "cut" / "metrics.jsonl") if r["phase"] == "train"]
+    assert [r["step"] for r in cut] == [1]
+    api.train(_cfg(tmp_path, "name=cut", *steps), resume=True, quiet=True)
+
+    def train_rows(name):
+        rows = [r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"]
+        return {r["step"]: r for r in rows}
+
+    full, resumed = train_rows("full"), train_rows("cut")
+    assert sorted(resumed) == [1, 2, 3, 4]
+    for step in (2, 3, 4):
+        for key in ("reward/mean", "update/loss", "update/grad_norm", "completion/mean_length"):
+            if key in full[step]:
+                assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)
+    a = torch.load(tmp_path / "full" / "checkpoints" / "step-000004" / "trainer_state.pt", weights_only=False)
+    b = torch.load(tmp_path / "cut" / "checkpoints" / "step-000004" / "trainer_state.pt", weights_only=False)
+    assert a["scheduler"]["last_epoch"] == b["scheduler"]["last_epoch"] == 4
+    state = json.loads((tmp_path / "cut" / "checkpoints" / "step-000004" / "state.json").read_text())
+    assert state["step"] == 4
+
+
+def test_fresh_run_refuses_to_overwrite(tmp_path) -> None:
+    api.train(_cfg(tmp_path, "name=once", "train.steps=1"), quiet=True)
+    with pytest.raises(RlvrError, match="--resume"):
+        api.train(_cfg(tmp_path, "name=once", "train.steps=1"), quiet=True)
+    with pytest.raises(RlvrError, match="no run to resume"):
+        api.train(_cfg(tmp_path, "name=never", "train.steps=1"), resume=True, quiet=True)

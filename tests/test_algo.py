@@ -51,10 +51,14 @@ def test_ppo_clip_loss_values_and_clip_fraction() -> None:
     # ratios e^0.5≈1.65 (clipped at 1.28 for A>0), e^-0.5≈0.61 (clipped at 0.8 for A<0 → max), 1
     new = torch.tensor([[0.5, -0.5, 0.0]])
     mask = torch.ones(1, 3)
-    loss, stats = POLICY_LOSSES.get("ppo_clip")(new, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.28)
+    loss, stats = POLICY_LOSSES.get("ppo_clip")(
+        new, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.28
+    )
     assert torch.allclose(loss, torch.tensor([[-1.28, -math.exp(-0.5), -1.0]]), atol=1e-5)
     assert stats["clip_frac"] == pytest.approx(1 / 3)
-    loss_neg, _ = POLICY_LOSSES.get("ppo_clip")(new, old, torch.tensor([-1.0]), mask, clip_low=0.2, clip_high=0.28)
+    loss_neg, _ = POLICY_LOSSES.get("ppo_clip")(
+        new, old, torch.tensor([-1.0]), mask, clip_low=0.2, clip_high=0.28
+    )
     # negative advantage: -min(r*A, clip(r)*A) = max(r, clip(r)) → e^0.5, 0.8, 1
     assert torch.allclose(loss_neg, torch.tensor([[math.exp(0.5), 0.8, 1.0]]), atol=1e-5)
 
@@ -89,8 +93,10 @@ def test_k3_is_unbiased_estimate_of_kl() -> None:
 def test_aggregation_weights() -> None:
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
     loss = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 4.0, 9.0, 9.0]])
-    agg = {m: float((loss * token_weights(mask, m, max_tokens=8)).sum()) for m in
-           ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}
+    agg = {
+        m: float((loss * token_weights(mask, m, max_tokens=8)).sum())
+        for m in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+    }
     assert agg["token-mean"] == pytest.approx((4 + 8) / 6)
     assert agg["seq-mean-token-mean"] == pytest.approx((1 + 4) / 2)
     assert agg["seq-mean-token-sum"] == pytest.approx((4 + 8) / 2)

@@ -22,10 +22,16 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     [
         (["config", "show", "algo.klcoef=1"], "algo.klcoef: unknown key"),
         (["config", "show", "missing.yaml"], "missing.yaml does not exist"),
-        (["train", "model.name=no/such-model", "data.train_size=4", "data.eval_size=1"], "not available offline"),
+        (
+            ["train", "model.name=no/such-model", "data.train_size=4", "data.eval_size=1"],
+            "not available offline",
+        ),
         (["train", "data.task=chain_sums"], "Did you mean: chain_sum"),
         (["train", "data.source=file", "data.path=/nonexistent/x.jsonl"], "/nonexistent/x.jsonl"),
-        (["eval", "--model", "/tmp/definitely-not-a-model-dir-rlvr", "--task", "chain_sum"], "not available offline"),
+        (
+            ["eval", "--model", "/tmp/definitely-not-a-model-dir-rlvr", "--task", "chain_sum"],
+            "not available offline",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_message(tmp_path, args, needle) -> None:
@@ -38,8 +44,15 @@ def test_bad_input_exits_2_with_message(tmp_path, args, needle) -> None:
 def test_bad_data_row_is_named_and_nothing_written(tmp_path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": \n')
-    result = run("train", "data.source=file", f"data.path={data}", "data.eval_size=1",
-                 "model.name=tiny-random", f"output_dir={tmp_path / 'runs'}", "name=bad")
+    result = run(
+        "train",
+        "data.source=file",
+        f"data.path={data}",
+        "data.eval_size=1",
+        "model.name=tiny-random",
+        f"output_dir={tmp_path / 'runs'}",
+        "name=bad",
+    )
     assert result.returncode == 2
     assert "d.jsonl" in result.stderr and "line 2" in result.stderr
     assert not (tmp_path / "runs" / "bad" / "metrics.jsonl").exists()

@@ -56,11 +56,21 @@ def test_sampled_logprobs_match_the_trainers(smollm) -> None:
 
 
 def test_one_grpo_step_on_the_real_model(tmp_path) -> None:
-    cfg = load_config(None, [
-        f"output_dir={tmp_path}", "name=real", "train.steps=1", "data.train_size=8", "data.eval_size=4",
-        "rollout.prompts_per_step=1", "rollout.group_size=4", "rollout.max_new_tokens=12",
-        "algo.dynamic_sampling=false", "rewards.workers=1",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            "name=real",
+            "train.steps=1",
+            "data.train_size=8",
+            "data.eval_size=4",
+            "rollout.prompts_per_step=1",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=12",
+            "algo.dynamic_sampling=false",
+            "rewards.workers=1",
+        ],
+    )
     results = api.train(cfg, quiet=True)
     assert 0.0 <= results["after"]["eval/accuracy"] <= 1.0
     [row] = [r for r in read_jsonl(tmp_path / "real" / "metrics.jsonl") if r["phase"] == "train"]

@@ -1,8 +1,8 @@
 """The public Python API; the CLI is a thin layer over these functions.
 
-    from rlvr import api
-    cfg = api.load_config("recipes/grpo.yaml", ["train.steps=20"])
-    results = api.train(cfg)
+from rlvr import api
+cfg = api.load_config("recipes/grpo.yaml", ["train.steps=20"])
+results = api.train(cfg)
 """
 
 from __future__ import annotations
@@ -54,13 +54,26 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     first = cfg.rewards.functions[0]
     params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
-    with RewardPool([RewardSpec(name=first.name, params=params)], workers=cfg.rewards.workers,
-                    timeout_s=cfg.rewards.timeout_s) as pool, eval_progress(console, disable=quiet) as progress:
+    with (
+        RewardPool(
+            [RewardSpec(name=first.name, params=params)],
+            workers=cfg.rewards.workers,
+            timeout_s=cfg.rewards.timeout_s,
+        ) as pool,
+        eval_progress(console, disable=quiet) as progress,
+    ):
         task = progress.add_task("eval", total=len(examples))
         return evaluate(
-            engine, prompts, examples,
-            lambda texts, exs, comps: pool.score(texts, exs, [len(c) for c in comps], [c.finish_reason for c in comps]),
-            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens, cfg.eval.samples, cfg.eval.pass_k,
-            cfg.eval.temperature, chunk=cfg.rollout.max_batch_sequences,
+            engine,
+            prompts,
+            examples,
+            lambda texts, exs, comps: pool.score(
+                texts, exs, [len(c) for c in comps], [c.finish_reason for c in comps]
+            ),
+            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+            cfg.eval.samples,
+            cfg.eval.pass_k,
+            cfg.eval.temperature,
+            chunk=cfg.rollout.max_batch_sequences,
             on_progress=lambda n: progress.advance(task, n),
         )

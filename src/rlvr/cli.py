@@ -12,7 +12,9 @@ from rich.table import Table
 
 from rlvr.errors import RlvrError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="RL post-training with verifiable rewards.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="RL post-training with verifiable rewards."
+)
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configs.")
 app.add_typer(config_app, name="config")
 console = Console(stderr=True)
@@ -35,8 +37,12 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
 @app.command()
 def train(
     config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. optim.lr=1e-5")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run from its last checkpoint.")] = False,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. optim.lr=1e-5")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run from its last checkpoint.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """Train a model (default: GRPO on reasoning-gym chain_sum with the bundled SmolLM2-135M)."""
@@ -44,8 +50,10 @@ def train(
 
     path, items = _split_args(config, overrides)
     cfg = api.load_config(path, items)
-    console.print(f"[bold]rlvr train[/bold] {cfg.name}: {cfg.model.name} on {cfg.data.source}:{cfg.data.task} "
-                  f"({cfg.train.steps} steps, {cfg.rollout.prompts_per_step}×{cfg.rollout.group_size} completions)")
+    console.print(
+        f"[bold]rlvr train[/bold] {cfg.name}: {cfg.model.name} on {cfg.data.source}:{cfg.data.task} "
+        f"({cfg.train.steps} steps, {cfg.rollout.prompts_per_step}×{cfg.rollout.group_size} completions)"
+    )
     results = api.train(cfg, resume=resume, console=console, quiet=quiet)
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
@@ -59,9 +67,13 @@ def train(
 
 @app.command("eval")
 def eval_cmd(
-    model: Annotated[str, typer.Option("--model", help="Built-in name, local dir or run checkpoint.")] = "smollm2-135m-instruct",
+    model: Annotated[
+        str, typer.Option("--model", help="Built-in name, local dir or run checkpoint.")
+    ] = "smollm2-135m-instruct",
     task: Annotated[str | None, typer.Option("--task", help="reasoning-gym task (or use a config).")] = None,
-    config: Annotated[str | None, typer.Option("--config", help="YAML config for data/eval settings.")] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="YAML config for data/eval settings.")
+    ] = None,
     samples: Annotated[int, typer.Option("--samples", help="Sampled completions per prompt for pass@k.")] = 0,
     pass_k: Annotated[str, typer.Option("--pass-k", help="Comma-separated k values.")] = "1",
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
@@ -91,8 +103,11 @@ def tasks() -> None:
     """List data sources and every reasoning-gym task."""
     from rlvr.data import SUPPORTED_EXTENSIONS, list_reasoning_gym_tasks
 
-    print("sources: reasoning_gym (data.task=NAME), file (data.path=" + "|".join(SUPPORTED_EXTENSIONS)
-          + "), hf (data.path=local dataset dir)")
+    print(
+        "sources: reasoning_gym (data.task=NAME), file (data.path="
+        + "|".join(SUPPORTED_EXTENSIONS)
+        + "), hf (data.path=local dataset dir)"
+    )
     print("reasoning-gym tasks:")
     for name in list_reasoning_gym_tasks():
         print(f"  {name}")

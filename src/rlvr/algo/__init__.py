@@ -1,6 +1,6 @@
 """Algorithm pieces as pure tensor functions, registered by name (DESIGN.md, principle 1)."""
 
-from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages, group_mean, group_std
+from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS, group_mean, group_std, grpo_advantages
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
 from rlvr.algo.filters import informative_groups
 from rlvr.algo.kl import KL_ESTIMATORS

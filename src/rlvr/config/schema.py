@@ -10,14 +10,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-
-
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class ModelConfig(Section):
-    name: str = Field("smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline).")
+    name: str = Field(
+        "smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline)."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype; use float32 on CPU (bf16 matmuls are ~70x slower there)."
     )
@@ -26,13 +26,17 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    source: Literal["reasoning_gym", "file", "hf"] = Field("reasoning_gym", description="Where prompts come from.")
+    source: Literal["reasoning_gym", "file", "hf"] = Field(
+        "reasoning_gym", description="Where prompts come from."
+    )
     task: str = Field("chain_sum", description="reasoning-gym task name (source=reasoning_gym).")
     task_config: dict[str, Any] = Field(
         default_factory=lambda: {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
         description="Keyword arguments of the reasoning-gym task's config.",
     )
-    path: str | None = Field(None, description="JSONL/JSON/Parquet/CSV file (source=file) or dataset dir (hf).")
+    path: str | None = Field(
+        None, description="JSONL/JSON/Parquet/CSV file (source=file) or dataset dir (hf)."
+    )
     split: str = Field("train", description="Dataset split (source=hf).")
     question_key: str = Field("question", description="Column holding the question text.")
     answer_key: str = Field("answer", description="Column holding the reference answer.")
@@ -41,26 +45,36 @@ class DataConfig(Section):
     train_size: int = Field(5000, ge=1, description="Training prompts generated (reasoning_gym).")
     eval_size: int = Field(200, ge=0, description="Held-out prompts for evaluation (disjoint from training).")
     seed: int = Field(0, description="Seed for generating/splitting data.")
-    system_prompt: str | None = Field(None, description="System message; None keeps the chat template's default.")
+    system_prompt: str | None = Field(
+        None, description="System message; None keeps the chat template's default."
+    )
     few_shot: list[tuple[str, str]] = Field(
         default_factory=lambda: [
-            ("State the final answer to the following arithmetic problem: 12 + 5 =", "12 + 5 = 17\n<answer>17</answer>")
+            (
+                "State the final answer to the following arithmetic problem: 12 + 5 =",
+                "12 + 5 = 17\n<answer>17</answer>",
+            )
         ],
         description="Demonstrations [question, reply] shown before every question (the default one suits "
         "the default arithmetic task; set [] for zero-shot).",
     )
     answer_format: str | None = Field(
-        "answer_tag", description="Instruction appended to every question: answer_tag, boxed, none or literal text."
+        "answer_tag",
+        description="Instruction appended to every question: answer_tag, boxed, none or literal text.",
     )
 
 
 class RolloutConfig(Section):
-    engine: Literal["hf"] = Field("hf", description="Generation engine (hf runs anywhere; vllm is a later extra).")
-    prompts_per_step: int = Field(4, ge=1, description="Unique prompts sampled per training step.")
+    engine: Literal["hf"] = Field(
+        "hf", description="Generation engine (hf runs anywhere; vllm is a later extra)."
+    )
+    prompts_per_step: int = Field(8, ge=1, description="Unique prompts sampled per training step.")
     group_size: int = Field(8, ge=1, description="Completions sampled per prompt (G).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(48, ge=1, description="Longest completion; longer ones are cut (finish=length).")
+    max_new_tokens: int = Field(
+        24, ge=1, description="Longest completion; longer ones are cut (finish=length)."
+    )
     max_batch_sequences: int = Field(64, ge=1, description="Sequences decoded at once (memory bound).")
 
 
@@ -74,14 +88,14 @@ class RewardsConfig(Section):
     functions: list[RewardItem] = Field(
         default_factory=lambda: [
             RewardItem(name="reasoning_gym", weight=1.0, params={"extract": "answer_tag"}),
-            RewardItem(name="format", weight=0.1),
         ],
         description="Reward components, summed with their weights.",
     )
     workers: int = Field(0, ge=0, description="Reward worker processes; 0 = number of cores.")
     timeout_s: float = Field(5.0, gt=0, description="Hard wall-clock limit per reward call.")
     on_error: Literal["skip_group", "zero"] = Field(
-        "skip_group", description="A group with a reward error is dropped, or the error is scored 0 (and counted)."
+        "skip_group",
+        description="A group with a reward error is dropped, or the error is scored 0 (and counted).",
     )
 
 
@@ -90,11 +104,15 @@ class AlgoConfig(Section):
     advantage_params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
     loss: str = Field("ppo_clip", description="Policy loss (rlvr.algo.POLICY_LOSSES).")
     clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1.")
-    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (DAPO clip-higher when > clip_low).")
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
-        Field("token-mean", description="How per-token losses become one number.")
+    clip_high: float = Field(
+        0.28, ge=0, description="PPO ratio clip above 1 (DAPO clip-higher when > clip_low)."
     )
-    kl_coef: float = Field(0.0, ge=0, description="Weight of KL(policy‖reference); 0 skips the reference model.")
+    loss_agg: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = Field("token-mean", description="How per-token losses become one number.")
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of KL(policy‖reference); 0 skips the reference model."
+    )
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Per-token KL estimator.")
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
@@ -118,14 +136,22 @@ class OptimConfig(Section):
 class EvalConfig(Section):
     every: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after training).")
     max_new_tokens: int | None = Field(None, description="Defaults to rollout.max_new_tokens.")
-    samples: int = Field(0, ge=0, description="Sampled completions per prompt for pass@k/mean@k (0 = greedy only).")
-    pass_k: list[int] = Field(default_factory=lambda: [1], description="k values of pass@k (need k <= samples).")
+    samples: int = Field(
+        0, ge=0, description="Sampled completions per prompt for pass@k/mean@k (0 = greedy only)."
+    )
+    pass_k: list[int] = Field(
+        default_factory=lambda: [1], description="k values of pass@k (need k <= samples)."
+    )
     temperature: float = Field(1.0, ge=0.0, description="Temperature for the sampled eval.")
 
 
 class TrainConfig(Section):
-    steps: int = Field(60, ge=0, description="Training steps (one rollout batch each).")
-    time_limit_s: float | None = Field(None, gt=0, description="Stop training after this many seconds.")
+    steps: int = Field(40, ge=0, description="Training steps (one rollout batch each).")
+    time_limit_s: float | None = Field(
+        420.0,
+        gt=0,
+        description="Stop training after this many seconds (keeps the default job under 10 min); null: none.",
+    )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
     log_samples: int = Field(8, ge=-1, description="Completions per step written to samples.jsonl (-1: all).")

@@ -63,7 +63,9 @@ def demonstration_turns(shots: list[tuple[str, str]], answer_format: str | None)
     return turns
 
 
-def insert_demonstrations(messages: list[dict[str, str]], turns: list[dict[str, str]]) -> list[dict[str, str]]:
+def insert_demonstrations(
+    messages: list[dict[str, str]], turns: list[dict[str, str]]
+) -> list[dict[str, str]]:
     """``messages`` with ``turns`` placed after any system message and before the conversation."""
     head = [m for m in messages[:1] if m.get("role") == "system"]
     return [*head, *turns, *messages[len(head) :]]

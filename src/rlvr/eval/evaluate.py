@@ -44,8 +44,13 @@ def evaluate(
     ``score(texts, examples, completions)`` returns one :class:`RewardResult` per text. A reward
     error counts as incorrect and is reported in ``eval/reward_errors``, never hidden.
     """
-    greedy = _generate(engine, prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens),
-                       chunk, on_progress)
+    greedy = _generate(
+        engine,
+        prompts,
+        SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens),
+        chunk,
+        on_progress,
+    )
     completions = [group[0] for group in greedy]
     results = score([c.text for c in completions], examples, completions)
     scores = [r.total if r.total is not None else 0.0 for r in results]
@@ -55,7 +60,8 @@ def evaluate(
         "eval/answer_tag_rate": sum(extract_answer(c.text, "answer_tag") is not None for c in completions)
         / max(len(completions), 1),
         "eval/mean_length": sum(len(c) for c in completions) / max(len(completions), 1),
-        "eval/truncated_rate": sum(c.finish_reason == "length" for c in completions) / max(len(completions), 1),
+        "eval/truncated_rate": sum(c.finish_reason == "length" for c in completions)
+        / max(len(completions), 1),
         "eval/reward_errors": float(sum(bool(r.errors) for r in results)),
         "eval/size": float(len(examples)),
     }

@@ -66,7 +66,9 @@ def _build_once(name: str, build: Callable[[Path], None]) -> Path:
     with _file_lock(cache_dir() / "locks" / f"{name}.lock"):
         if (target / "config.json").is_file():
             return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent if target.parent.exists() else None))
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent if target.parent.exists() else None)
+        )
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             build(tmp)

@@ -20,7 +20,9 @@ def resolve_model_path(name_or_path: str) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise RlvrError(f"model directory {path} has no config.json: is it a Hugging Face model directory?")
+            raise RlvrError(
+                f"model directory {path} has no config.json: is it a Hugging Face model directory?"
+            )
         return str(path)
     return name_or_path
 

@@ -47,7 +47,9 @@ class TrainBatch:
             completion_ids=self.completion_ids[rows][:, :width],
             completion_mask=completion_mask[:, :width],
             sampling_logprobs=self.sampling_logprobs[rows][:, :width],
-            advantages=self.advantages[rows] if self.advantages.dim() == 1 else self.advantages[rows][:, :width],
+            advantages=self.advantages[rows]
+            if self.advantages.dim() == 1
+            else self.advantages[rows][:, :width],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:

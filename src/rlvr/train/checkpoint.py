@@ -67,7 +67,9 @@ def save_checkpoint(
 def list_checkpoints(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / "state.json").exists()]
+    found = [
+        p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / "state.json").exists()
+    ]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
 
 

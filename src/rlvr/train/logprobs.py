@@ -78,6 +78,11 @@ def completion_logprobs_simple(
     mask = torch.cat([prompt_mask, batch.completion_mask.long()], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     width = batch.completion_width
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                logits_to_keep=width + 1)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=False,
+        logits_to_keep=width + 1,
+    )
     return _token_logprobs(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)

@@ -42,7 +42,9 @@ class Scored:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False):
+    def __init__(
+        self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False
+    ):
         self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
         self.run_dir = prepare_run_dir(cfg, resume)
         torch.manual_seed(cfg.seed)
@@ -58,8 +60,9 @@ class Trainer:
         if cfg.algo.kl_coef > 0:  # no reference model at all when KL is off
             self.ref_model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
             self.ref_model.requires_grad_(False)
-        self.engine = HFEngine(self.model, self.tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences,
-                               seed=cfg.seed)
+        self.engine = HFEngine(
+            self.model, self.tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences, seed=cfg.seed
+        )
         self.update_generator = torch.Generator().manual_seed(cfg.seed + 1)
         self.train_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.train_examples]
         self.eval_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.eval_examples]
@@ -70,8 +73,11 @@ class Trainer:
         # answers outside <answer> tags still count, so "before" numbers measure the model, not its format.
         first = cfg.rewards.functions[0]
         eval_params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
-        self.eval_pool = RewardPool([RewardSpec(name=first.name, params=eval_params)],
-                                    workers=cfg.rewards.workers, timeout_s=cfg.rewards.timeout_s)
+        self.eval_pool = RewardPool(
+            [RewardSpec(name=first.name, params=eval_params)],
+            workers=cfg.rewards.workers,
+            timeout_s=cfg.rewards.timeout_s,
+        )
 
         updates_per_step = cfg.algo.epochs * cfg.algo.minibatches
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -105,20 +111,29 @@ class Trainer:
             "rng": ckpt.rng_state(self._generators()),
         }
         state = {"sampler": self.sampler.state(), "elapsed": self.elapsed}
-        return ckpt.save_checkpoint(self.run_dir / "checkpoints", self.step, self.model, self.tokenizer,
-                                    trainer_state, state, self.cfg.train.keep_checkpoints)
+        return ckpt.save_checkpoint(
+            self.run_dir / "checkpoints",
+            self.step,
+            self.model,
+            self.tokenizer,
+            trainer_state,
+            state,
+            self.cfg.train.keep_checkpoints,
+        )
 
     # ----------------------------------------------------------------------------- one step
     def _sample_groups(self, count: int) -> list[Scored]:
         r = self.cfg.rollout
         indices = self.sampler.take(count)
-        params = SamplingParams(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
-                                max_new_tokens=r.max_new_tokens)
+        params = SamplingParams(
+            n=r.group_size, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens
+        )
         groups = self.engine.generate([self.train_prompts[i] for i in indices], params)
         flat = [c for g in groups for c in g]
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
-        results = self.pool.score([c.text for c in flat], examples, [len(c) for c in flat],
-                                  [c.finish_reason for c in flat])
+        results = self.pool.score(
+            [c.text for c in flat], examples, [len(c) for c in flat], [c.finish_reason for c in flat]
+        )
         scored = []
         for k, (index, group) in enumerate(zip(indices, groups)):
             scored.append(Scored(index, group, results[k * r.group_size : (k + 1) * r.group_size]))
@@ -141,7 +156,9 @@ class Trainer:
             usable = [g for g in batch if None not in self._rewards(g)]  # errored groups are skipped
             if a.dynamic_sampling and usable:
                 flat = torch.tensor([x for g in usable for x in self._rewards(g)])
-                index = torch.arange(len(usable)).repeat_interleave(torch.tensor([len(g.results) for g in usable]))
+                index = torch.arange(len(usable)).repeat_interleave(
+                    torch.tensor([len(g.results) for g in usable])
+                )
                 informative = informative_groups(flat, index)
                 usable = [g for g, keep in zip(usable, informative.tolist()) if keep]
             kept.extend(usable)
@@ -159,9 +176,11 @@ class Trainer:
         metrics = {
             "reward/mean": sum(totals) / max(len(totals), 1),
             "reward/errors": float(sum(bool(r.errors) for r in results)),
-            "train/accuracy": sum(r.components.get(first, 0.0) >= CORRECT_AT for r in results) / max(len(results), 1),
+            "train/accuracy": sum(r.components.get(first, 0.0) >= CORRECT_AT for r in results)
+            / max(len(results), 1),
             "completion/mean_length": sum(len(c) for c in completions) / max(len(completions), 1),
-            "completion/truncated_rate": sum(c.finish_reason == "length" for c in completions) / max(len(completions), 1),
+            "completion/truncated_rate": sum(c.finish_reason == "length" for c in completions)
+            / max(len(completions), 1),
         }
         for name in {k for r in results for k in r.components}:
             values = [r.components[name] for r in results if name in r.components]
@@ -183,11 +202,20 @@ class Trainer:
                 g.advantages = advantages[offset : offset + len(g.completions)]
                 offset += len(g.completions)
             batch = build_batch([g.completions for g in groups], advantages, self.engine.pad_id)
-            metrics.update(policy_update(
-                self.model, self.optimizer, self.scheduler, batch.to(self.cfg.model.device), self.cfg.algo,
-                self.cfg.optim.grad_clip, self.cfg.rollout.temperature, self.cfg.rollout.max_new_tokens,
-                self.ref_model, self.update_generator,
-            ))
+            metrics.update(
+                policy_update(
+                    self.model,
+                    self.optimizer,
+                    self.scheduler,
+                    batch.to(self.cfg.model.device),
+                    self.cfg.algo,
+                    self.cfg.optim.grad_clip,
+                    self.cfg.rollout.temperature,
+                    self.cfg.rollout.max_new_tokens,
+                    self.ref_model,
+                    self.update_generator,
+                )
+            )
             self.engine.sync_weights(self.model)
         else:
             metrics["update/skipped"] = 1.0
@@ -195,8 +223,14 @@ class Trainer:
         self.step += 1
         self.elapsed += dt
         tokens = metrics["completion/mean_length"] * metrics["groups/sampled"] * self.cfg.rollout.group_size
-        metrics.update({"time/step_s": dt, "time/collect_s": t_collect, "time/update_s": dt - t_collect,
-                        "throughput/tokens_per_s": tokens / dt})
+        metrics.update(
+            {
+                "time/step_s": dt,
+                "time/collect_s": t_collect,
+                "time/update_s": dt - t_collect,
+                "throughput/tokens_per_s": tokens / dt,
+            }
+        )
         self._log_samples(seen)
         return metrics
 
@@ -209,12 +243,21 @@ class Trainer:
                 if 0 <= n <= written:
                     return
                 example = self.train_examples[g.example_index]
-                self.samples_log.write({
-                    "step": self.step, "example_id": example.id, "prompt": example.question,
-                    "reference": example.reference, "completion": c.text, "finish_reason": c.finish_reason,
-                    "tokens": len(c), "reward": r.total, "rewards": r.components, "errors": r.errors,
-                    "advantage": adv,
-                })
+                self.samples_log.write(
+                    {
+                        "step": self.step,
+                        "example_id": example.id,
+                        "prompt": example.question,
+                        "reference": example.reference,
+                        "completion": c.text,
+                        "finish_reason": c.finish_reason,
+                        "tokens": len(c),
+                        "reward": r.total,
+                        "rewards": r.components,
+                        "errors": r.errors,
+                        "advantage": adv,
+                    }
+                )
                 written += 1
 
     # ----------------------------------------------------------------------------- loop
@@ -225,10 +268,16 @@ class Trainer:
         with eval_progress(self.console, disable=self.quiet) as progress:
             task = progress.add_task(f"eval ({label})", total=len(self.eval_examples))
             metrics = evaluate(
-                self.engine, self.eval_prompts, self.eval_examples,
+                self.engine,
+                self.eval_prompts,
+                self.eval_examples,
                 lambda texts, examples, comps: self.eval_pool.score(
-                    texts, examples, [len(c) for c in comps], [c.finish_reason for c in comps]),
-                max_new, self.cfg.eval.samples, self.cfg.eval.pass_k, self.cfg.eval.temperature,
+                    texts, examples, [len(c) for c in comps], [c.finish_reason for c in comps]
+                ),
+                max_new,
+                self.cfg.eval.samples,
+                self.cfg.eval.pass_k,
+                self.cfg.eval.temperature,
                 chunk=self.cfg.rollout.max_batch_sequences,
                 on_progress=lambda n: progress.advance(task, n),
             )
@@ -240,14 +289,23 @@ class Trainer:
         results: dict[str, dict[str, float]] = {}
         if self.step == 0:
             results["before"] = self.run_eval("before")
-        deadline = time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None
+        deadline = (
+            time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None
+        )
         with training_progress(self.console, disable=self.quiet) as progress:
-            task = progress.add_task("train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0)
+            task = progress.add_task(
+                "train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0
+            )
             while self.step < cfg.train.steps:
                 metrics = self.train_step()
                 self.metrics_log.write({"step": self.step, "phase": "train", **metrics})
-                progress.update(task, completed=self.step, reward=metrics["reward/mean"],
-                                acc=metrics["train/accuracy"], tps=metrics["throughput/tokens_per_s"])
+                progress.update(
+                    task,
+                    completed=self.step,
+                    reward=metrics["reward/mean"],
+                    acc=metrics["train/accuracy"],
+                    tps=metrics["throughput/tokens_per_s"],
+                )
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:

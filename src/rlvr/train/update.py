@@ -94,7 +94,8 @@ def policy_update(
                 n_tok = mask.sum().clamp(min=1)
                 sums["entropy"] += float((entropy * mask).sum() / n_tok) * token_share
                 sums["sampler_logprob_diff"] += (
-                    float(((logprobs.detach() - micro.sampling_logprobs).abs() * mask).sum() / n_tok) * token_share
+                    float(((logprobs.detach() - micro.sampling_logprobs).abs() * mask).sum() / n_tok)
+                    * token_share
                 )
                 for key, value in stats.items():
                     sums[key] += value * token_share

@@ -36,3 +36,23 @@ class Registry(Generic[F]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._table
+
+
+def accepted_context(fn: Callable, context: dict, params: dict, where: str) -> dict:
+    """Keyword arguments for ``fn``: the ``context`` entries it accepts, plus the user's ``params``.
+
+    Registered functions declare what they need by naming it (e.g. a loss that wants per-token
+    ``entropy`` takes an ``entropy`` argument); the caller offers everything it has. A user param the
+    function does not take is an error naming ``where`` (e.g. ``algo.loss_params``), not ignored.
+    """
+    import inspect
+
+    signature = inspect.signature(fn)
+    names = set(signature.parameters)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    unknown = [key for key in params if key not in names and not takes_any]
+    if unknown:
+        allowed = [n for n, p in signature.parameters.items() if p.default is not inspect.Parameter.empty]
+        raise RlvrError(f"{where}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    offered = {key: value for key, value in context.items() if key in names or takes_any}
+    return {**offered, **params}

@@ -107,6 +107,9 @@ class AlgoConfig(Section):
     clip_high: float = Field(
         0.28, ge=0, description="PPO ratio clip above 1 (DAPO clip-higher when > clip_low)."
     )
+    loss_params: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments of the loss."
+    )
     loss_agg: Literal[
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
     ] = Field("token-mean", description="How per-token losses become one number.")

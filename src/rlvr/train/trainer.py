@@ -22,6 +22,7 @@ from rlvr.eval.evaluate import CORRECT_AT, evaluate
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
+from rlvr.registry import accepted_context
 from rlvr.rewards import RewardPool, RewardSpec
 from rlvr.rollout import Completion, HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
@@ -196,7 +197,12 @@ class Trainer:
             sizes = torch.tensor([len(g.completions) for g in groups])
             index = torch.arange(len(groups)).repeat_interleave(sizes)
             estimator = ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage)
-            advantages = estimator(rewards, index, **self.cfg.algo.advantage_params).tolist()
+            lengths = torch.tensor([len(c) for g in groups for c in g.completions], dtype=torch.float32)
+            context = {"lengths": lengths, "max_new_tokens": self.cfg.rollout.max_new_tokens}
+            kwargs = accepted_context(
+                estimator, context, self.cfg.algo.advantage_params, "algo.advantage_params"
+            )
+            advantages = estimator(rewards, index, **kwargs).tolist()
             offset = 0
             for g in groups:
                 g.advantages = advantages[offset : offset + len(g.completions)]

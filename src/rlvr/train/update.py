@@ -12,6 +12,7 @@ import torch
 
 from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights
 from rlvr.config.schema import AlgoConfig
+from rlvr.registry import accepted_context
 from rlvr.train.batch import TrainBatch
 from rlvr.train.logprobs import completion_logprobs
 
@@ -58,7 +59,6 @@ def policy_update(
     """Update ``model`` on ``batch``; return diagnostics averaged over optimizer steps."""
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
-    loss_params = {"clip_low": cfg.clip_low, "clip_high": cfg.clip_high} if cfg.loss == "ppo_clip" else {}
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
     # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
@@ -80,7 +80,14 @@ def policy_update(
                 width, mask = micro.completion_width, micro.completion_mask
                 logprobs, entropy = completion_logprobs(model, micro, temperature, with_entropy=True)
                 old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
-                per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **loss_params)
+                context = {
+                    "clip_low": cfg.clip_low,
+                    "clip_high": cfg.clip_high,
+                    "entropy": entropy,
+                    "sampling_logprobs": micro.sampling_logprobs,
+                }
+                kwargs = accepted_context(loss_fn, context, cfg.loss_params, "algo.loss_params")
+                per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **kwargs)
                 w = weights[micro_rows, :width]
                 loss = (per_token * w).sum()
                 if ref_all is not None:

@@ -1,20 +1,54 @@
-"""Algorithm pieces as pure tensor functions, registered by name (DESIGN.md, principle 1)."""
+"""Algorithm pieces as pure tensor functions, registered by name (DESIGN.md, principle 1).
 
-from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS, group_mean, group_std, grpo_advantages
+Importing this package registers every estimator and loss: each module registers its own.
+"""
+
+from rlvr.algo.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    group_count,
+    group_mean,
+    group_std,
+    grpo_advantages,
+)
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
-from rlvr.algo.filters import informative_groups
-from rlvr.algo.kl import KL_ESTIMATORS
-from rlvr.algo.losses import POLICY_LOSSES, ppo_clip_loss
+from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss
+from rlvr.algo.filters import informative_groups, overlong_mask
+from rlvr.algo.gae import gae_advantages_and_returns, value_loss
+from rlvr.algo.importance import masked_is_loss, tis_loss
+from rlvr.algo.kl import KL_ESTIMATORS, adaptive_kl_coef, kl_penalized_rewards
+from rlvr.algo.losses import POLICY_LOSSES, inner_loss, ppo_clip_loss
+from rlvr.algo.lowprob import lowprob_downweight_loss
+from rlvr.algo.passk import passk_advantages
+from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
+from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
-    "grpo_advantages",
+    "REWARD_SHAPERS",
+    "adaptive_entropy_coef",
+    "adaptive_kl_coef",
+    "adaptive_length_penalty",
+    "clip_cov_loss",
+    "entropy_bonus_loss",
+    "forking_tokens_loss",
+    "gae_advantages_and_returns",
+    "group_count",
     "group_mean",
     "group_std",
+    "grpo_advantages",
     "informative_groups",
+    "inner_loss",
+    "kl_cov_loss",
+    "kl_penalized_rewards",
+    "lowprob_downweight_loss",
+    "masked_is_loss",
+    "overlong_mask",
+    "passk_advantages",
     "ppo_clip_loss",
+    "tis_loss",
     "token_weights",
+    "value_loss",
 ]

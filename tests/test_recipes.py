@@ -1,0 +1,92 @@
+"""Every preset in recipes/ loads and trains: 2 steps on tiny-random (fast), 2 on the real model (slow).
+
+Presets of methods whose context the trainer does not provide yet are strict xfails: they start
+passing (and so fail the suite) the day the trainer wires the missing keyword, as a reminder to
+remove the mark.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlvr import api
+from rlvr.config import load_config
+from rlvr.log import read_jsonl
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+
+# preset -> the keyword its estimator or loss needs that the trainer does not pass yet
+UNWIRED = {
+    "remax": "advantage estimator needs baseline_rewards (greedy rollout rewards)",
+    "gae": "advantage estimator needs values (a value head)",
+    "entropy_bonus": "loss needs entropy_with_grad",
+    "overlong_filter": "loss needs truncated (finish_reason == 'length')",
+}
+
+TINY = [
+    "model.name=tiny-random",
+    "model.threads=1",
+    "data.train_size=64",
+    "data.eval_size=8",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
+    "rewards.workers=1",
+    "algo.micro_batch_size=4",
+    "train.steps=2",
+    "train.time_limit_s=null",
+]
+
+
+def _params(slow: bool) -> list:
+    params = []
+    for path in RECIPES:
+        marks = [pytest.mark.slow] if slow else []
+        if path.stem in UNWIRED:
+            marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=UNWIRED[path.stem]))
+        params.append(pytest.param(path, id=path.stem, marks=marks))
+    return params
+
+
+def _check_run(run_dir: Path) -> None:
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["phase"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2]
+    updated = [r for r in rows if "update/loss" in r]
+    assert updated, "no step reached the update"
+    for row in updated:
+        assert all(math.isfinite(v) for k, v in row.items() if k.startswith("update/"))
+
+
+def test_every_unwired_preset_exists() -> None:
+    assert set(UNWIRED) <= {p.stem for p in RECIPES}
+
+
+@pytest.mark.parametrize("path", _params(slow=False))
+def test_recipe_trains_on_tiny_random(path: Path, tmp_path) -> None:
+    cfg = load_config(path, [*TINY, f"output_dir={tmp_path}", "name=run"])
+    api.train(cfg, quiet=True)
+    _check_run(tmp_path / "run")
+
+
+@pytest.mark.parametrize("path", _params(slow=True))
+def test_recipe_trains_on_the_real_model(path: Path, tmp_path) -> None:
+    overrides = [
+        "data.train_size=64",
+        "data.eval_size=4",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=16",
+        "train.steps=2",
+        "train.time_limit_s=null",
+        f"output_dir={tmp_path}",
+        "name=run",
+    ]
+    api.train(load_config(path, overrides), quiet=True)
+    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert all(math.isfinite(v) for k, v in row.items() if k.startswith("update/"))

@@ -20,10 +20,7 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"
 
 # preset -> the keyword its estimator or loss needs that the trainer does not pass yet
 UNWIRED = {
-    "remax": "advantage estimator needs baseline_rewards (greedy rollout rewards)",
     "gae": "advantage estimator needs values (a value head)",
-    "entropy_bonus": "loss needs entropy_with_grad",
-    "overlong_filter": "loss needs truncated (finish_reason == 'length')",
 }
 
 TINY = [

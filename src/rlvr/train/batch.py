@@ -24,6 +24,7 @@ class TrainBatch:
     completion_mask: torch.Tensor  # [B, T] float, 1 on tokens that are trained on
     sampling_logprobs: torch.Tensor  # [B, T] logprobs from the rollout engine
     advantages: torch.Tensor  # [B] or [B, T]
+    truncated: torch.Tensor  # [B] bool, the completion hit max_new_tokens
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -50,6 +51,7 @@ class TrainBatch:
             advantages=self.advantages[rows]
             if self.advantages.dim() == 1
             else self.advantages[rows][:, :width],
+            truncated=self.truncated[rows],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
@@ -84,4 +86,5 @@ def build_batch(groups: list[list[Completion]], advantages: list[float], pad_id:
         completion_mask=completion_mask,
         sampling_logprobs=sampling_logprobs,
         advantages=torch.tensor(advantages, dtype=torch.float32),
+        truncated=torch.tensor([c.finish_reason == "length" for c in completions]),
     )

@@ -19,7 +19,7 @@ from rlvr.train.batch import TrainBatch
 
 
 def _token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool | str
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     logits = logits.float()
     if temperature and temperature != 1.0:
@@ -27,16 +27,19 @@ def _token_logprobs(
     logp_all = torch.log_softmax(logits, dim=-1)
     logprobs = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     entropy = None
-    if with_entropy:
+    if with_entropy == "grad":  # an entropy bonus needs its gradient (keeps a [B, T, V] graph)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    elif with_entropy:
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logprobs, entropy
 
 
 def completion_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool | str = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs [B, T] of ``batch.completion_ids`` (and per-token entropy [B, T] if asked)."""
+    """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
+    (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``)."""
     prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     prompt_out = model(
@@ -69,7 +72,7 @@ def completion_logprobs(
 
 
 def completion_logprobs_simple(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool = False
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool | str = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same result as :func:`completion_logprobs`, one full sequence per completion (reference path)."""
     prompt_ids = batch.prompt_ids[batch.group_index]

@@ -6,7 +6,7 @@ through the registries in :mod:`rlvr.algo`; there is no ``if algo == ...`` here.
 
 from __future__ import annotations
 
-import copy
+import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,7 +127,11 @@ class Trainer:
         r = self.cfg.rollout
         indices = self.sampler.take(count)
         params = SamplingParams(
-            n=r.group_size, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens
+            n=r.group_size,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens,
+            ignore_eos=r.ignore_eos,
         )
         groups = self.engine.generate([self.train_prompts[i] for i in indices], params)
         flat = [c for g in groups for c in g]
@@ -188,21 +192,41 @@ class Trainer:
             metrics[f"reward/{name}"] = sum(values) / max(len(values), 1)
         return metrics
 
+    def advantages(self, groups: list[Scored]) -> list[float]:
+        """The configured estimator over the kept groups, offered the context it may ask for."""
+        rewards = torch.tensor([x for g in groups for x in self._rewards(g)], dtype=torch.float32)
+        sizes = torch.tensor([len(g.completions) for g in groups])
+        index = torch.arange(len(groups)).repeat_interleave(sizes)
+        estimator = ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage)
+        context = {
+            "lengths": torch.tensor([len(c) for g in groups for c in g.completions], dtype=torch.float32),
+            "max_new_tokens": self.cfg.rollout.max_new_tokens,
+        }
+        if "baseline_rewards" in inspect.signature(estimator).parameters:
+            context["baseline_rewards"] = self._greedy_baseline(groups).repeat_interleave(sizes)
+        params = self.cfg.algo.advantage_params
+        kwargs = accepted_context(estimator, context, params, "algo.advantage_params")
+        return estimator(rewards, index, **kwargs).tolist()
+
+    def _greedy_baseline(self, groups: list[Scored]) -> torch.Tensor:
+        """Reward of one greedy completion per group's prompt (ReMax's baseline), [num_groups]."""
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens)
+        greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
+        flat = [group[0] for group in greedy]
+        results = self.pool.score(
+            [c.text for c in flat],
+            [self.train_examples[g.example_index] for g in groups],
+            [len(c) for c in flat],
+            [c.finish_reason for c in flat],
+        )
+        return torch.tensor([r.total if r.total is not None else 0.0 for r in results])
+
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         groups, seen, metrics = self.collect()
         t_collect = time.perf_counter() - t0
         if groups:
-            rewards = torch.tensor([x for g in groups for x in self._rewards(g)], dtype=torch.float32)
-            sizes = torch.tensor([len(g.completions) for g in groups])
-            index = torch.arange(len(groups)).repeat_interleave(sizes)
-            estimator = ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage)
-            lengths = torch.tensor([len(c) for g in groups for c in g.completions], dtype=torch.float32)
-            context = {"lengths": lengths, "max_new_tokens": self.cfg.rollout.max_new_tokens}
-            kwargs = accepted_context(
-                estimator, context, self.cfg.algo.advantage_params, "algo.advantage_params"
-            )
-            advantages = estimator(rewards, index, **kwargs).tolist()
+            advantages = self.advantages(groups)
             offset = 0
             for g in groups:
                 g.advantages = advantages[offset : offset + len(g.completions)]
@@ -328,9 +352,3 @@ class Trainer:
         self.eval_pool.close()
         self.metrics_log.close()
         self.samples_log.close()
-
-
-def reference_copy(model: torch.nn.Module) -> torch.nn.Module:
-    ref = copy.deepcopy(model).eval()
-    ref.requires_grad_(False)
-    return ref

@@ -6,6 +6,7 @@ nothing here knows which method is running.
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 
 import torch
@@ -58,6 +59,7 @@ def policy_update(
 ) -> dict[str, float]:
     """Update ``model`` on ``batch``; return diagnostics averaged over optimizer steps."""
     loss_fn = POLICY_LOSSES.get(cfg.loss)
+    entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
@@ -78,13 +80,15 @@ def policy_update(
             for micro_rows in slices:
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
-                logprobs, entropy = completion_logprobs(model, micro, temperature, with_entropy=True)
+                logprobs, entropy = completion_logprobs(model, micro, temperature, with_entropy=entropy_mode)
                 old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
                 context = {
                     "clip_low": cfg.clip_low,
                     "clip_high": cfg.clip_high,
-                    "entropy": entropy,
+                    "entropy": entropy.detach(),
+                    "entropy_with_grad": entropy,
                     "sampling_logprobs": micro.sampling_logprobs,
+                    "truncated": micro.truncated,
                 }
                 kwargs = accepted_context(loss_fn, context, cfg.loss_params, "algo.loss_params")
                 per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **kwargs)
@@ -99,7 +103,7 @@ def policy_update(
                 # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
                 token_share = float(mask.sum() / mini.completion_mask.sum().clamp(min=1))
                 n_tok = mask.sum().clamp(min=1)
-                sums["entropy"] += float((entropy * mask).sum() / n_tok) * token_share
+                sums["entropy"] += float((entropy.detach() * mask).sum() / n_tok) * token_share
                 sums["sampler_logprob_diff"] += (
                     float(((logprobs.detach() - micro.sampling_logprobs).abs() * mask).sum() / n_tok)
                     * token_share

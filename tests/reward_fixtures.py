@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from rlvr.rewards import register_reward
+from rlvr.rewards import register_group_reward, register_reward
 
 
 def spin(completion, example):
@@ -102,3 +102,30 @@ def any_kwargs(completion, example, **kwargs):
 @register_reward("fixture_scaled_len")
 def scaled_len(completion, example, *, scale: float = 1.0):
     return scale * len(completion)
+
+
+@register_group_reward("fixture_group_len")
+def group_len(completions, example, *, completion_tokens=None):
+    """Each completion's length, plus its rank in the group (so the test sees the whole group)."""
+    order = sorted(range(len(completions)), key=lambda i: len(completions[i]))
+    rank = {index: position for position, index in enumerate(order)}
+    return [len(c) + rank[i] / 10 for i, c in enumerate(completions)]
+
+
+@register_group_reward("fixture_group_misbehave")
+def group_misbehave(completions, example):
+    if "spin" in completions:
+        while True:
+            pass
+    if "short" in completions:
+        return [1.0]
+    return [0.0] * len(completions)
+
+
+def _failing_setup(params):
+    raise OSError(f"cannot load {params['path']}")
+
+
+@register_reward("fixture_bad_setup", setup=_failing_setup)
+def bad_setup(completion, example, *, path: str = "model"):
+    return 1.0

@@ -85,6 +85,30 @@ def test_last_number(text, expected):
     assert extract_answer(text, "last_number") == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("(B)", "B"),
+        ("Answer: C", "C"),
+        (r"\boxed{D}", "D"),
+        (r"\boxed{\text{(D)}}", "D"),
+        ("<answer> $B$ </answer>", "B"),
+        ("<answer>c</answer>", "C"),  # a lone lower-case letter is an option
+        ("The answer is (B) 42.", "B"),
+        ("Answer: **B**", "B"),
+        ("Answer: option (c)", "C"),
+        ("<answer>A) 12</answer>", "A"),
+        ("first (A), then (C)", "C"),  # the last parenthesised letter
+        ("Answer: 42", None),
+        ("Answer: Apple", None),  # a word is not a letter
+        ("I think A number", None),
+        ("nothing", None),
+    ],
+)
+def test_choice(text, expected):
+    assert extract_answer(text, "choice") == expected
+
+
 def test_auto_prefers_tag_then_boxed_then_line_then_number():
     assert extract_answer(r"Answer: 3 \boxed{2} <answer>1</answer> 4") == "1"
     assert extract_answer(r"Answer: 3 \boxed{2} 4") == "2"
@@ -115,6 +139,9 @@ PATHOLOGICAL = [
     "1" * 1_000_000,
     ".5" * 500_000,
     "1,123" * 200_000 + "4",
+    "(" * 1_000_000,
+    "(A)" * 300_000,
+    "Answer: " + "(" * 1_000_000,
 ]
 
 

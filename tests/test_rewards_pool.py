@@ -76,10 +76,16 @@ def test_spec_rejects_unknown_fields_and_bad_import_paths():
 
 
 def test_spec_inspects_which_pool_kwargs_to_pass():
-    assert not RewardSpec(name="format").call_spec().pass_tokens
+    assert RewardSpec(name="format").call_spec().pool_kwargs == ()
     overlong = RewardSpec(name="overlong", params={"max_tokens": 10, "buffer": 2}).call_spec()
-    assert overlong.pass_tokens and overlong.pass_finish_reason
-    assert fix("any_kwargs").call_spec().pass_tokens
+    assert overlong.pool_kwargs == ("completion_tokens", "finish_reason")
+    assert RewardSpec(name="confidence").call_spec().pool_kwargs == ("token_logprobs",)
+    assert fix("any_kwargs").call_spec().pool_kwargs == (
+        "completion_tokens",
+        "finish_reason",
+        "token_logprobs",
+        "top_logprobs",
+    )
 
 
 def test_spec_coerces_params_by_annotation():
@@ -177,7 +183,7 @@ def test_token_counts_and_finish_reasons_are_passed_when_accepted():
     assert results[0].components == {
         "info/tokens": 90.0,
         "info/cut": 0.0,
-        "kw": 3.0,
+        "kw": 5.0,  # extra + the four pool-supplied kwargs (missing ones as None)
         "overlong": -0.5,
         "format": 1.0,
     }
@@ -237,7 +243,7 @@ def test_reward_errors_are_reported_not_zero(name, expected):
     assert expected in result.errors[spec.key] and "\n" not in result.errors[spec.key]
     if name in ("nan", "wrong_type", "returns_none"):
         assert spec.key in result.errors[spec.key]  # the message names the reward
-    assert stats[spec.key] == {"calls": 1, "errors": 1, "timeouts": 0, "crashes": 0}
+    assert stats[spec.key] == {"calls": 1, "errors": 1, "timeouts": 0, "crashes": 0, "deadlines": 0}
     assert stats["format"]["errors"] == 0
 
 
@@ -249,7 +255,7 @@ def test_hung_reward_times_out_and_the_batch_is_still_scored(name):
         results = pool.score(["ab", "abc"], examples(2))
         assert not any(p.is_alive() for p in stuck)  # killed, not left spinning
         assert pool.worker_restarts == 2
-        assert pool.stats["slow"] == {"calls": 2, "errors": 2, "timeouts": 2, "crashes": 0}
+        assert pool.stats["slow"] == {"calls": 2, "errors": 2, "timeouts": 2, "crashes": 0, "deadlines": 0}
     assert [r.errors for r in results] == [{"slow": f"timeout after {TIMEOUT:g}s"}] * 2
     assert [r.components for r in results] == [{"len": 2.0}, {"len": 3.0}]
     assert [r.total for r in results] == [None, None]
@@ -268,7 +274,7 @@ def test_crash_and_segfault_are_errors_and_workers_are_replaced():
     for word in ("ok", "fine", "good", "last"):
         assert by_item[word].total == float(len(word)) and by_item[word].ok
     assert [r.total for r in again] == [5.0] * 4
-    assert stats["m"] == {"calls": 11, "errors": 3, "timeouts": 0, "crashes": 2}
+    assert stats["m"] == {"calls": 11, "errors": 3, "timeouts": 0, "crashes": 2, "deadlines": 0}
     assert pool.take_stats()["m"]["calls"] == 0  # take_stats resets the per-step counts
     assert pool.stats["m"]["calls"] == 11  # but not the cumulative ones
 

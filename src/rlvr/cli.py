@@ -125,6 +125,37 @@ def config_show(
     print(dump_config(load_config(path, items)), end="")
 
 
+@app.command("reward")
+def reward_cmd(
+    task: Annotated[
+        str, typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task.")
+    ],
+    completions: Annotated[str, typer.Option("--completions", help="JSONL file, one completion per row.")],
+    reward: Annotated[
+        list[str] | None, typer.Option("--reward", help="Reward to apply (repeatable); default from --task.")
+    ] = None,
+    params: Annotated[
+        str | None,
+        typer.Option("--params", help='JSON params per reward, e.g. \'{"math": {"extract": "boxed"}}\'.'),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Reward worker processes (0: one per CPU).")] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per reward call.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+) -> None:
+    """Score a file of completions offline: mean reward, per-component means, errors, examples."""
+    from rlvr.rewards.offline import print_summary, score_file
+
+    try:
+        parsed = json.loads(params) if params else None
+    except json.JSONDecodeError as err:
+        raise RlvrError(f"--params is not valid JSON: {err}") from err
+    summary = score_file(completions, task, reward, parsed, workers=workers, timeout_s=timeout)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary, Console())
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

@@ -75,6 +75,9 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(
         24, ge=1, description="Longest completion; longer ones are cut (finish=length)."
     )
+    ignore_eos: bool = Field(
+        False, description="Never stop at EOS (fixed-length completions, for benchmarks)."
+    )
     max_batch_sequences: int = Field(64, ge=1, description="Sequences decoded at once (memory bound).")
 
 

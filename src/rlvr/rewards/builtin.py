@@ -17,15 +17,14 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
-from rlvr.rewards.extract import extract_answer
-from rlvr.rewards.registry import get_reward, register_reward
-
-ExtractMode = Literal["auto", "answer_tag", "boxed", "answer_line", "last_number"]
+from rlvr.rewards.extract import ExtractMode, choice_letter, extract_answer
+from rlvr.rewards.registry import get_reward, is_group_reward, register_reward
+from rlvr.rewards.spec import POOL_KWARGS
 
 
 @register_reward("reasoning_gym", preload=("reasoning_gym",))
@@ -56,26 +55,43 @@ def _rg_score_fn(task: str) -> Callable[[str | None, dict[str, Any]], float]:
 
 
 @register_reward("math", preload=("math_verify",))
-def math_reward(completion: str, example: Example, *, extract: ExtractMode = "auto") -> float:
+def math_reward(
+    completion: str,
+    example: Example,
+    *,
+    extract: ExtractMode = "auto",
+    max_answer_chars: Annotated[int, Gt(0)] = 2000,
+) -> float:
     """1.0 if the extracted answer is mathematically equivalent to ``example.reference`` (math-verify).
+
+    Equivalence covers integers, decimals, fractions, percentages ("50%" = 0.5), units in
+    ``\\text{}``, intervals, sets, tuples, matrices, LaTeX or plain text, and symbolic expressions.
 
     math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread and
     silently returned 0 in other frameworks; they are switched off here because the pool enforces
-    a hard wall-clock limit on every call.
+    a hard wall-clock limit on every call. An answer of more than ``max_answer_chars`` characters
+    is an error at once rather than a parse that would run into that limit.
     """
     if example.reference is None:
         raise ValueError(f"example {example.id!r} has no reference answer for the math reward")
-    gold = _parse_math(example.reference)
+    gold = _parse_math(_strip_currency(example.reference))
     if not gold:
         raise ValueError(f"math-verify cannot parse the reference {example.reference!r} of {example.id!r}")
     answer = extract_answer(completion, mode=extract)
     if answer is None:
         return 0.0
-    predicted = _parse_math(answer)
+    if len(answer) > max_answer_chars:
+        raise ValueError(f"answer of {len(answer)} characters exceeds max_answer_chars={max_answer_chars}")
+    predicted = _parse_math(_strip_currency(answer))
     if not predicted:
         return 0.0
     _, verify = _math_verify()
     return 1.0 if verify(gold, predicted, timeout_seconds=None) else 0.0
+
+
+def _strip_currency(text: str) -> str:
+    # "\$10" is ten dollars, but inside math delimiters math-verify reads it as an unknown symbol.
+    return text.replace("\\$", "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -117,6 +133,21 @@ def exact_match_reward(
     if not case_sensitive:
         answer, reference = answer.casefold(), reference.casefold()
     return 1.0 if answer == reference else 0.0
+
+
+@register_reward("choice")
+def choice_reward(completion: str, example: Example) -> float:
+    """1.0 if the multiple-choice letter in the completion is the reference's ("B", "(B)", "B) 42").
+
+    The letter is read as :func:`extract_answer` mode ``choice`` reads it ("(B)", "Answer: C",
+    ``\\boxed{D}``); no letter scores 0.0.
+    """
+    if example.reference is None:
+        raise ValueError(f"example {example.id!r} has no reference letter for the choice reward")
+    gold = choice_letter(example.reference)
+    if gold is None:
+        raise ValueError(f"reference {example.reference!r} of {example.id!r} is not an option letter")
+    return 1.0 if extract_answer(completion, mode="choice") == gold else 0.0
 
 
 @register_reward("format")
@@ -197,6 +228,8 @@ def verifier_reward(
     reward_params: dict[str, dict[str, Any]] | None = None,
     completion_tokens: int | None = None,
     finish_reason: str | None = None,
+    token_logprobs: list[float] | None = None,
+    top_logprobs: list[list[float]] | None = None,
 ) -> float | dict[str, float]:
     """Route each example to the reward its ``example.verifier`` names (``default`` if it names none).
 
@@ -210,12 +243,16 @@ def verifier_reward(
     if name == "verifier":
         raise ValueError(f"example {example.id!r}: verifier 'verifier' would route to itself")
     fn = get_reward(name)
+    if is_group_reward(fn):
+        raise ValueError(f"example {example.id!r}: {name!r} is a group reward; name it in its own spec")
     kwargs = dict((reward_params or {}).get(name, {}))
-    accepted = _pool_kwargs_accepted(fn)
-    if "completion_tokens" in accepted:
-        kwargs["completion_tokens"] = completion_tokens
-    if "finish_reason" in accepted:
-        kwargs["finish_reason"] = finish_reason
+    supplied = {
+        "completion_tokens": completion_tokens,
+        "finish_reason": finish_reason,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top_logprobs,
+    }
+    kwargs.update({key: supplied[key] for key in _pool_kwargs_accepted(fn)})
     return fn(completion, example, **kwargs)
 
 
@@ -223,5 +260,5 @@ def verifier_reward(
 def _pool_kwargs_accepted(fn: Callable[..., Any]) -> frozenset[str]:
     parameters = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return frozenset({"completion_tokens", "finish_reason"})
-    return frozenset(parameters) & {"completion_tokens", "finish_reason"}
+        return frozenset(POOL_KWARGS)
+    return frozenset(parameters) & set(POOL_KWARGS)

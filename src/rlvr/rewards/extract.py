@@ -8,10 +8,12 @@ mode here is a single left-to-right scan: no regex that can backtrack catastroph
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from rlvr.errors import RlvrError
 
-EXTRACT_MODES = ("auto", "answer_tag", "boxed", "answer_line", "last_number")
+ExtractMode = Literal["auto", "answer_tag", "boxed", "answer_line", "last_number", "choice"]
+EXTRACT_MODES: tuple[str, ...] = ExtractMode.__args__
 
 _ANSWER_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
 
@@ -31,6 +33,15 @@ _NUMBER = re.compile(
     r"(?:/\d+)?"  # a denominator: 3/4
 )
 
+# A multiple-choice letter at the start of an extracted answer: "B", "(B)", "B) 42", "[C].", "D: x".
+# Wrappers a model puts around it (``$``, ``**``, ``\text{}``, "Option") are removed first.
+_CHOICE_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\{|[${}*]")
+_CHOICE_PREFIX = re.compile(r"(?:option|choice)\b[ \t]*", re.IGNORECASE)
+_CHOICE_LETTER = re.compile(r"[(\[]?([A-Z])[)\]]?(?=$|[.:)\],]|\s)")
+# Without any answer cue, only a letter in parentheses counts: "(B)". A bare capital is too often
+# just the first word of a sentence ("I think", "A number").
+_CHOICE_PAREN = re.compile(r"\(([A-Z])\)")
+
 
 def extract_answer(text: str, mode: str = "auto") -> str | None:
     """The final answer in ``text`` according to ``mode``, or ``None`` when there is none.
@@ -43,6 +54,9 @@ def extract_answer(text: str, mode: str = "auto") -> str | None:
       - ``last_number``: the last integer, decimal or fraction, with its sign and with thousands
         commas removed.
       - ``auto``: the first of the above that finds something, in that order.
+      - ``choice``: a multiple-choice letter (returned upper-case): from the answer tag, box or
+        answer line as above when it starts with a letter ("(B)", "C) 42", "\\text{D}"), else the
+        last "(X)" in the text.
 
     Empty answers count as no answer.
     """
@@ -118,6 +132,34 @@ def _clean_answer_line(line: str) -> str | None:
     return _non_empty(answer)
 
 
+def _choice(text: str) -> str | None:
+    for extract in (_answer_tag, _boxed, _answer_line):
+        candidate = extract(text)
+        letter = choice_letter(candidate) if candidate is not None else None
+        if letter is not None:
+            return letter
+    last = None
+    for match in _CHOICE_PAREN.finditer(text):
+        last = match.group(1)
+    return last
+
+
+def choice_letter(answer: str) -> str | None:
+    """The option letter an extracted answer starts with ("(b) 42" -> "B"), or None.
+
+    A lone lower-case letter counts ("<answer>c</answer>"); in longer text only an upper-case one
+    does, so that "a number" is not read as option A.
+    """
+    head = _CHOICE_WRAPPER.sub("", answer[:64]).strip()
+    prefix = _CHOICE_PREFIX.match(head)
+    if prefix:
+        head = head[prefix.end() :]
+    if len(head) == 1 or (len(head) == 3 and head[0] in "([" and head[2] in ")]"):
+        head = head.upper()
+    match = _CHOICE_LETTER.match(head)
+    return match.group(1) if match else None
+
+
 def _last_number(text: str) -> str | None:
     last = None
     for match in _NUMBER.finditer(text):
@@ -139,4 +181,5 @@ _EXTRACTORS = {
     "boxed": _boxed,
     "answer_line": _answer_line,
     "last_number": _last_number,
+    "choice": _choice,
 }

@@ -11,6 +11,11 @@ it finishes, so the parent always knows which call is running on which worker an
 call that passes its deadline gets its worker killed (with the reward's own subprocesses) and
 replaced; the calls queued behind it go back to the queue and the rest of the batch is still scored.
 
+Group rewards (majority vote, …) are called once per group: pass ``group_sizes`` to :meth:`score`
+(consecutive completions form one group). A per-batch deadline (``batch_deadline_s``) bounds the
+whole call: whatever has not finished by then is an error "batch deadline", so a trainer step
+never waits on stragglers longer than it chose to.
+
 Workers come from a ``forkserver``: one clean, single-threaded server process imports the reward
 modules once, and every worker (and every replacement after a kill) is a cheap fork of it. Forking
 the trainer itself would copy a process with torch's threads running, which is not safe.
@@ -23,90 +28,31 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
-from rlvr.rewards.spec import RewardSpec
+from rlvr.rewards.results import RewardResult, ScoreBatch, assemble
+from rlvr.rewards.spec import RewardSpec, check_gates
 from rlvr.rewards.worker import START_TIMEOUT_S, WorkerHandle, mp_context
 
 __all__ = ["RewardPool", "RewardResult", "RewardSpec"]
 
-_STAT_KEYS = ("calls", "errors", "timeouts", "crashes")
+_STAT_KEYS = ("calls", "errors", "timeouts", "crashes", "deadlines")
+DEADLINE_ERROR = "batch deadline"
 _MAX_START_FAILURES = 3
-
-
-@dataclass
-class RewardResult:
-    """The rewards of one completion.
-
-    ``components`` maps each spec's label to its (unweighted) value; a reward returning a dict
-    contributes ``"label/key"`` for each key instead. ``errors`` maps the label of every reward that
-    could not be scored (timeout, crash, exception, bad value) to a one-line reason, and its
-    component is absent. ``total`` is the weighted sum over specs — for a dict reward, its
-    ``"score"`` key if present, else the sum of its values — or ``None`` when any reward errored,
-    so that a missing reward is never mistaken for a zero.
-    """
-
-    total: float | None
-    components: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when every reward was scored."""
-        return not self.errors
-
-
-@dataclass
-class _Batch:
-    """The state of one :meth:`RewardPool.score` call."""
-
-    completions: list[str]
-    examples: list[Example]
-    tokens: list[int] | None
-    finish_reasons: list[str] | None
-    values: list[dict[int, float | dict[str, float]]]
-    errors: list[dict[int, str]]
-    queue: deque[tuple[int, tuple[int, ...]]]  # (item, spec indices still to run)
-    remaining: int
-
-    def payload(self, units: list[tuple[int, tuple[int, ...]]]) -> list[tuple[Any, ...]]:
-        return [
-            (
-                item,
-                self.completions[item],
-                self.examples[item],
-                None if self.tokens is None else self.tokens[item],
-                None if self.finish_reasons is None else self.finish_reasons[item],
-                specs,
-            )
-            for item, specs in units
-        ]
-
-    def requeue(self, calls: Iterable[tuple[int, int]]) -> None:
-        """Put calls back at the front of the queue, regrouped by item, keeping their order."""
-        units: list[tuple[int, list[int]]] = []
-        for item, spec in calls:
-            if units and units[-1][0] == item:
-                units[-1][1].append(spec)
-            else:
-                units.append((item, [spec]))
-        for item, specs in reversed(units):
-            self.queue.appendleft((item, tuple(specs)))
 
 
 class RewardPool:
     """Score completions with a weighted set of rewards, isolated in worker processes.
 
     ``workers=0`` uses one worker per available CPU. Every reward call is limited to ``timeout_s``
-    seconds of wall-clock time. Workers start in the constructor and live until :meth:`close`
-    (or the end of a ``with`` block), so their start-up cost is paid once.
+    seconds of wall-clock time, and a whole :meth:`score` call to ``batch_deadline_s`` (``None``:
+    no batch limit; :meth:`score` can override it per call). Workers start in the constructor and
+    live until :meth:`close` (or the end of a ``with`` block), so their start-up cost is paid once.
 
     Rewards must be importable by the workers: registered at the top level of a module or of the
     main script (not in a notebook cell or a function body), or named by an import path. A script
@@ -114,7 +60,13 @@ class RewardPool:
     side imports the main module (once, in the forkserver) to find the rewards registered there.
     """
 
-    def __init__(self, specs: list[RewardSpec], workers: int = 0, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        specs: list[RewardSpec],
+        workers: int = 0,
+        timeout_s: float = 5.0,
+        batch_deadline_s: float | None = None,
+    ) -> None:
         self.specs = [s if isinstance(s, RewardSpec) else RewardSpec.model_validate(s) for s in specs]
         if not self.specs:
             raise RlvrError(
@@ -128,8 +80,13 @@ class RewardPool:
             raise RlvrError(f"workers must be >= 0 (0 = one per CPU), got {workers}")
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise RlvrError(f"timeout_s must be a positive number of seconds, got {timeout_s}")
+        _check_deadline(batch_deadline_s)
+        check_gates(self.specs)
         self.labels = labels
         self.timeout_s = float(timeout_s)
+        self.batch_deadline_s = batch_deadline_s
+        self._item_specs = tuple(i for i, s in enumerate(self.specs) if not s.group)
+        self._group_specs = tuple(i for i, s in enumerate(self.specs) if s.group)
         self.num_workers = workers or _available_cpus()
         self._call_specs = [s.call_spec() for s in self.specs]
         self._preload = list(dict.fromkeys(m for s in self.specs for m in s.preload))
@@ -155,30 +112,52 @@ class RewardPool:
         examples: list[Example],
         completion_tokens: list[int] | None = None,
         finish_reasons: list[str] | None = None,
+        *,
+        group_sizes: Sequence[int] | None = None,
+        token_logprobs: list[list[float]] | None = None,
+        top_logprobs: list[list[list[float]]] | None = None,
+        batch_deadline_s: float | None = None,
     ) -> list[RewardResult]:
-        """Score ``completions[i]`` against ``examples[i]`` with every reward; one result per item."""
+        """Score ``completions[i]`` against ``examples[i]`` with every reward; one result per item.
+
+        ``group_sizes`` splits the completions into consecutive groups (the G samples of one
+        prompt, scored against the group's first example); group rewards need it. The optional
+        per-completion lists (token counts, finish reasons, sampled-token logprobs, top-k logprobs
+        per token) reach the rewards that declare a keyword argument of that name.
+        """
         n = len(completions)
-        for name, values in (("examples", examples), ("completion_tokens", completion_tokens)):
+        given = {
+            "examples": examples,
+            "completion_tokens": completion_tokens,
+            "finish_reasons": finish_reasons,
+            "token_logprobs": token_logprobs,
+            "top_logprobs": top_logprobs,
+        }
+        for name, values in given.items():
             if values is not None and len(values) != n:
                 raise ValueError(f"{name} has {len(values)} entries for {n} completions")
-        if finish_reasons is not None and len(finish_reasons) != n:
-            raise ValueError(f"finish_reasons has {len(finish_reasons)} entries for {n} completions")
-        all_specs = tuple(range(len(self.specs)))
-        batch = _Batch(
-            completions=list(completions),
-            examples=list(examples),
-            tokens=None if completion_tokens is None else list(completion_tokens),
-            finish_reasons=None if finish_reasons is None else list(finish_reasons),
-            values=[{} for _ in range(n)],
-            errors=[{} for _ in range(n)],
-            queue=deque((item, all_specs) for item in range(n)),
-            remaining=n * len(all_specs),
-        )
+        groups = _group_bounds(group_sizes, n)
+        if self._group_specs and group_sizes is None:
+            names = [self.labels[i] for i in self._group_specs]
+            raise RlvrError(f"group rewards {names} need group_sizes= (completions per prompt)")
+        extras = {
+            key: list(values)
+            for key, values in (
+                ("completion_tokens", completion_tokens),
+                ("finish_reason", finish_reasons),
+                ("token_logprobs", token_logprobs),
+                ("top_logprobs", top_logprobs),
+            )
+            if values is not None
+        }
+        deadline_s = self.batch_deadline_s if batch_deadline_s is None else batch_deadline_s
+        _check_deadline(deadline_s)
+        batch = ScoreBatch.build(completions, examples, extras, groups, self._item_specs, self._group_specs)
         with self._lock:
             if self._closed:
                 raise RuntimeError("RewardPool.score called after close()")
             try:
-                self._run(batch)
+                self._run(batch, None if deadline_s is None else time.monotonic() + deadline_s)
             except BaseException:
                 # Interrupted mid-batch: workers may still hold calls whose reports would be mistaken
                 # for the next batch's. Replace them.
@@ -187,10 +166,39 @@ class RewardPool:
                         worker.kill()
                         self._workers[index] = self._new_worker()
                 raise
-        return [self._result(batch, item) for item in range(n)]
+        return [assemble(batch, item, self.specs) for item in range(n)]
+
+    def score_groups(
+        self, groups: list[list[str]], examples: list[Example], **kwargs: Any
+    ) -> list[list[RewardResult]]:
+        """:meth:`score` for a list of groups (one example per group); results nested the same way.
+
+        Per-completion keyword lists (``completion_tokens=``, …) are nested like ``groups`` too.
+        """
+        if len(examples) != len(groups):
+            raise ValueError(f"examples has {len(examples)} entries for {len(groups)} groups")
+        nested = ("completion_tokens", "finish_reasons", "token_logprobs", "top_logprobs")
+        flat_kwargs = {
+            k: [x for g in v for x in g] if k in nested and v is not None else v for k, v in kwargs.items()
+        }
+        results = self.score(
+            [c for g in groups for c in g],
+            [e for e, g in zip(examples, groups) for _ in g],
+            group_sizes=[len(g) for g in groups],
+            **flat_kwargs,
+        )
+        out, start = [], 0
+        for group in groups:
+            out.append(results[start : start + len(group)])
+            start += len(group)
+        return out
 
     def take_stats(self) -> dict[str, dict[str, int]]:
-        """Per-reward counts since the previous call (calls, errors, timeouts, crashes), then reset."""
+        """Per-reward counts since the previous call, then reset.
+
+        Keys are the spec labels — and, for the routing ``verifier`` reward, also
+        ``"verifier/<routed name>"`` — each with calls, errors, timeouts, crashes and deadlines.
+        """
         taken = self._step_stats
         self._step_stats = {label: dict.fromkeys(_STAT_KEYS, 0) for label in self.labels}
         return taken
@@ -209,9 +217,12 @@ class RewardPool:
 
     # -- scheduling ----------------------------------------------------------------------------
 
-    def _run(self, batch: _Batch) -> None:
+    def _run(self, batch: ScoreBatch, deadline: float | None) -> None:
         chunk = max(1, min(64, math.ceil(len(batch.completions) / (4 * self.num_workers))))
         while batch.remaining:
+            if deadline is not None and time.monotonic() >= deadline:
+                self._expire(batch)
+                return
             for index, worker in enumerate(self._workers):
                 if worker.ready and not worker.running and batch.queue:
                     if worker.proc.exitcode is not None:  # died while idle: nothing to blame it for
@@ -222,7 +233,8 @@ class RewardPool:
             waiting = [w for w in self._workers if w.running or not w.ready]
             if not waiting:  # nothing queued, running or starting, yet calls are missing: a bug
                 raise RuntimeError(f"reward pool lost track of {batch.remaining} reward calls")
-            timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
+            soonest = min([w.deadline for w in waiting] + ([deadline] if deadline is not None else []))
+            timeout = max(0.0, soonest - time.monotonic())
             ready = set(wait([w.conn for w in waiting] + [w.proc.sentinel for w in waiting], timeout))
             for index, worker in enumerate(list(self._workers)):
                 if worker.conn in ready or worker.proc.sentinel in ready:
@@ -236,12 +248,27 @@ class RewardPool:
                     else:
                         self._start_failed(index, f"did not start within {START_TIMEOUT_S:g}s")
 
-    def _dispatch(self, index: int, batch: _Batch, units: list[tuple[int, tuple[int, ...]]]) -> None:
+    def _expire(self, batch: ScoreBatch) -> None:
+        """The batch deadline passed: every call not reported yet becomes a "batch deadline" error."""
+        for index, worker in enumerate(self._workers):
+            if worker.running:
+                worker.kill()
+                for unit, spec in worker.running:
+                    self._record(batch, unit, spec, None, DEADLINE_ERROR, kind="deadlines")
+                worker.running.clear()
+                self._workers[index] = self._new_worker()
+                self.worker_restarts += 1
+        while batch.queue:
+            unit, specs = batch.queue.popleft()
+            for spec in specs:
+                self._record(batch, unit, spec, None, DEADLINE_ERROR, kind="deadlines")
+
+    def _dispatch(self, index: int, batch: ScoreBatch, units: list[tuple[int, tuple[int, ...]]]) -> None:
         worker = self._workers[index]
         try:
             data = ForkingPickler.dumps(batch.payload(units))
         except Exception as exc:
-            batch.requeue((item, spec) for item, specs in units for spec in specs)
+            batch.requeue((unit, spec) for unit, specs in units for spec in specs)
             raise RlvrError(
                 f"completions and examples must be picklable to reach reward workers: {exc!r}"
             ) from exc
@@ -252,7 +279,7 @@ class RewardPool:
         except (OSError, ValueError):
             self._replace(index, batch, error=f"worker crashed: {worker.death_reason()}", kind="crashes")
 
-    def _drain(self, index: int, batch: _Batch) -> None:
+    def _drain(self, index: int, batch: ScoreBatch) -> None:
         """Read every report the worker has sent; notice if it died."""
         worker = self._workers[index]
         at_eof = False
@@ -281,7 +308,7 @@ class RewardPool:
         else:
             self._replace(index, batch, error=f"worker crashed: {worker.death_reason()}", kind="crashes")
 
-    def _replace(self, index: int, batch: _Batch, error: str | None, kind: str | None) -> None:
+    def _replace(self, index: int, batch: ScoreBatch, error: str | None, kind: str | None) -> None:
         """Kill worker ``index``, blame its running call (if any), requeue the rest, start a new one."""
         worker = self._workers[index]
         worker.kill()
@@ -306,34 +333,39 @@ class RewardPool:
     # -- results -------------------------------------------------------------------------------
 
     def _record(
-        self, batch: _Batch, item: int, spec: int, value: Any, error: str | None, kind: str | None
+        self, batch: ScoreBatch, unit: int, spec: int, value: Any, error: str | None, kind: str | None
     ) -> None:
         label = self.labels[spec]
-        for stats in (self.stats[label], self._step_stats[label]):
-            stats["calls"] += 1
-            if error is not None:
-                stats["errors"] += 1
-                if kind is not None:
-                    stats[kind] += 1
-        if error is not None:
-            batch.errors[item][spec] = error
-        else:
-            batch.values[item][spec] = value
-        batch.remaining -= 1
+        keys = [label]
+        if self.specs[spec].name == "verifier" and unit < len(batch.completions):
+            routed = batch.examples[unit].verifier or self.specs[spec].params.get("default")
+            keys.append(f"{label}/{routed}")
+        for key in keys:
+            for stats in (self.stats, self._step_stats):
+                counts = stats.setdefault(key, dict.fromkeys(_STAT_KEYS, 0))
+                counts["calls"] += 1
+                if error is not None:
+                    counts["errors"] += 1
+                    if kind is not None:
+                        counts[kind] += 1
+        batch.record(unit, spec, value, error)
 
-    def _result(self, batch: _Batch, item: int) -> RewardResult:
-        components: dict[str, float] = {}
-        total = 0.0
-        for spec, value in sorted(batch.values[item].items()):
-            label, weight = self.labels[spec], self.specs[spec].weight
-            if isinstance(value, dict):
-                components.update({f"{label}/{key}": v for key, v in value.items()})
-                total += weight * (value["score"] if "score" in value else sum(value.values()))
-            else:
-                components[label] = value
-                total += weight * value
-        errors = {self.labels[spec]: message for spec, message in sorted(batch.errors[item].items())}
-        return RewardResult(total=None if errors else total, components=components, errors=errors)
+
+def _check_deadline(deadline_s: float | None) -> None:
+    if deadline_s is not None and not (deadline_s > 0 and math.isfinite(deadline_s)):
+        raise RlvrError(f"batch_deadline_s must be a positive number of seconds or None, got {deadline_s}")
+
+
+def _group_bounds(group_sizes: Sequence[int] | None, n: int) -> list[tuple[int, int]]:
+    if group_sizes is None:
+        return []
+    if any(size < 1 for size in group_sizes) or sum(group_sizes) != n:
+        raise ValueError(f"group_sizes {list(group_sizes)} must be positive and sum to {n} completions")
+    bounds, start = [], 0
+    for size in group_sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
 
 
 def _available_cpus() -> int:

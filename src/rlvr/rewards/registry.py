@@ -8,6 +8,11 @@ name yet imports that module, whose ``@register_reward`` decorators then fill th
 
 Names of the form ``"package.module:function"`` are import paths: they need no registration and
 work for any function defined at the top level of an importable module.
+
+*Group rewards* (:func:`register_group_reward`) see all G completions of one prompt at once —
+majority vote needs the group to find its pseudo-label — and return one value per completion. They
+share the registry (one namespace of names) and are told apart by a flag on the function, so an
+import path to a group function also works.
 """
 
 from __future__ import annotations
@@ -20,16 +25,46 @@ from rlvr.errors import RlvrError
 
 RewardFn = Callable[..., Any]
 
+_GROUP_FLAG = "_rlvr_group_reward"
+_SETUP_ATTR = "_rlvr_setup"
+
 _REWARDS: dict[str, RewardFn] = {}
 _PRELOAD: dict[str, tuple[str, ...]] = {}
+_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+# Modules whose rewards are known by name without an import by the user. Each keeps its heavy
+# imports (torch, transformers, math-verify) inside functions, so loading them all is cheap.
+BUILTIN_MODULES = (
+    "rlvr.rewards.builtin",
+    "rlvr.rewards.shaping",
+    "rlvr.rewards.code",
+    "rlvr.rewards.ifeval",
+    "rlvr.rewards.self_reward",
+    "rlvr.rewards.judge",
+    "rlvr.rewards.reward_model",
+)
 
 
-def register_reward(name: str, *, preload: tuple[str, ...] = ()) -> Callable[[RewardFn], RewardFn]:
+def register_reward(
+    name: str,
+    *,
+    preload: tuple[str, ...] = (),
+    check: Callable[[dict[str, Any]], None] | None = None,
+    setup: Callable[[dict[str, Any]], None] | None = None,
+) -> Callable[[RewardFn], RewardFn]:
     """Register the decorated function as the reward called ``name``.
 
     ``preload`` names heavy modules the reward imports lazily (e.g. ``"reasoning_gym"``): worker
     processes import them *before* they accept work, so the import time is never charged to the
     first call's wall-clock timeout.
+
+    ``check(params)`` runs once in the trainer's process when a spec naming the reward is built:
+    the place to fail early on a bad setup (a missing model directory) or to make a one-time
+    decision (which sandbox backend works) that workers then inherit.
+
+    ``setup(params)`` runs in each worker process before it accepts work (so it is never charged
+    to a call's timeout): the place to load a model once per worker. It travels with the function,
+    so it also runs for an import path to a registered function.
 
     Registering the same function again (a re-imported module, a re-run notebook cell) replaces the
     entry; registering a *different* function under a taken name is an error.
@@ -46,9 +81,47 @@ def register_reward(name: str, *, preload: tuple[str, ...] = ()) -> Callable[[Re
             )
         _REWARDS[name] = fn
         _PRELOAD[name] = tuple(preload)
+        if check is not None:
+            _CHECKS[name] = check
+        if setup is not None:
+            setattr(fn, _SETUP_ATTR, setup)
         return fn
 
     return decorator
+
+
+def register_group_reward(
+    name: str,
+    *,
+    preload: tuple[str, ...] = (),
+    check: Callable[[dict[str, Any]], None] | None = None,
+    setup: Callable[[dict[str, Any]], None] | None = None,
+) -> Callable[[RewardFn], RewardFn]:
+    """Register ``fn(completions: list[str], example, **params) -> list[float]`` as a group reward.
+
+    The pool calls it once per group (the completions of one prompt, scored against that prompt's
+    example) under the same timeout and error handling as a per-completion reward; it must return
+    one finite value (or dict) per completion. Pool-supplied keyword arguments
+    (``completion_tokens``, ``finish_reason``, ``token_logprobs``, ``top_logprobs``) arrive as lists
+    with one entry per completion.
+    """
+    register = register_reward(name, preload=preload, check=check, setup=setup)
+
+    def decorator(fn: RewardFn) -> RewardFn:
+        setattr(fn, _GROUP_FLAG, True)
+        return register(fn)
+
+    return decorator
+
+
+def is_group_reward(fn: RewardFn) -> bool:
+    """True for functions registered with :func:`register_group_reward`."""
+    return bool(getattr(fn, _GROUP_FLAG, False))
+
+
+def reward_setup(fn: RewardFn) -> Callable[[dict[str, Any]], None] | None:
+    """The per-worker set-up registered with ``fn``, if any."""
+    return getattr(fn, _SETUP_ATTR, None)
 
 
 def _origin(fn: RewardFn) -> str:
@@ -87,6 +160,11 @@ def reward_preload(name: str) -> tuple[str, ...]:
     return _PRELOAD.get(name, ())
 
 
+def reward_check(name: str) -> Callable[[dict[str, Any]], None] | None:
+    """The set-up check registered with the reward ``name``, if any."""
+    return _CHECKS.get(name)
+
+
 def _import_reward(path: str) -> RewardFn:
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
@@ -106,5 +184,6 @@ def _import_reward(path: str) -> RewardFn:
 
 
 def _ensure_builtins() -> None:
-    # Imported here, not at module top, because builtin.py imports this module to register itself.
-    importlib.import_module("rlvr.rewards.builtin")
+    # Imported here, not at module top, because those modules import this one to register.
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)

@@ -1,10 +1,10 @@
 """Which rewards to compute, with what weight and params — checked when the config is loaded.
 
 A :class:`RewardSpec` resolves its reward in the *parent* process once, so every mistake a user can
-make in a config (unknown reward, misspelt or missing param, a value of the wrong type) is an
-:class:`RlvrError` at start-up rather than an error on every call inside a worker. It also inspects
-the function's signature once, to learn whether the pool should pass ``completion_tokens`` and
-``finish_reason``.
+make in a config (unknown reward, misspelt or missing param, a value of the wrong type, a gate that
+names no component) is an :class:`RlvrError` at start-up rather than an error on every call inside a
+worker. It also inspects the function's signature once, to learn which of the pool-supplied keyword
+arguments (token counts, finish reasons, logprobs) the pool should pass.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
 from rlvr.errors import RlvrError
-from rlvr.rewards.registry import RewardFn, get_reward, reward_preload
+from rlvr.rewards.registry import RewardFn, get_reward, is_group_reward, reward_check, reward_preload
 
-# Keyword arguments the pool supplies itself; users cannot set them in params.
-POOL_KWARGS = ("completion_tokens", "finish_reason")
+# Keyword arguments the pool supplies itself (from what the trainer passes to ``score``); users
+# cannot set them in params. A group reward receives each as a list, one entry per completion.
+POOL_KWARGS = ("completion_tokens", "finish_reason", "token_logprobs", "top_logprobs")
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ class CallSpec:
     name: str
     module: str | None  # where a registered reward was defined; workers import it to register it
     params: dict[str, Any]
-    pass_tokens: bool
-    pass_finish_reason: bool
+    pool_kwargs: tuple[str, ...]  # which of POOL_KWARGS the function accepts
+    group: bool = False  # a group reward: called once per group with the list of completions
 
 
 class RewardSpec(BaseModel):
@@ -42,6 +43,11 @@ class RewardSpec(BaseModel):
     ``name`` is a registered reward (see :func:`rlvr.rewards.list_rewards`) or an import path
     ``"package.module:function"``. ``label`` names the component in results and logs; it defaults
     to ``name`` and must be unique within a pool (set it to use one reward twice).
+
+    ``gate`` makes this component conditional: it counts only when the component labelled ``gate``
+    scored at least ``gate_min`` (e.g. a format bonus that is paid only for correct answers, so the
+    policy cannot farm it on wrong ones). A gated component that fails its gate is reported as 0.0;
+    the pool checks that the gate names another spec and that gates do not form a cycle.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -50,10 +56,13 @@ class RewardSpec(BaseModel):
     weight: float = Field(1.0, description="Multiplier of this reward in the total.")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the reward.")
     label: str | None = Field(None, description="Component name in results; defaults to `name`.")
+    gate: str | None = Field(
+        None, description="Label of another component that must pass for this one to count."
+    )
+    gate_min: float = Field(1.0, description="The gate passes when its component is >= this value.")
 
     _fn: RewardFn = PrivateAttr()
-    _pass_tokens: bool = PrivateAttr(False)
-    _pass_finish_reason: bool = PrivateAttr(False)
+    _pool_kwargs: tuple[str, ...] = PrivateAttr(())
 
     @model_validator(mode="after")
     def _resolve(self) -> RewardSpec:
@@ -67,9 +76,23 @@ class RewardSpec(BaseModel):
         self.params = _checked_params(self.name, fn, signature, self.params)
         accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
         self._fn = fn
-        self._pass_tokens = accepts_any or _accepts_keyword(signature, "completion_tokens")
-        self._pass_finish_reason = accepts_any or _accepts_keyword(signature, "finish_reason")
+        self._pool_kwargs = tuple(k for k in POOL_KWARGS if accepts_any or _accepts_keyword(signature, k))
+        if self.gate is not None and self.gate == self.key:
+            raise RlvrError(f"reward {self.key!r} cannot gate itself")
+        check = None if ":" in self.name else reward_check(self.name)
+        if check is not None:
+            try:
+                check(self.params)
+            except RlvrError:
+                raise
+            except Exception as exc:
+                raise RlvrError(f"reward {self.name!r} cannot run here: {exc}") from exc
         return self
+
+    @property
+    def group(self) -> bool:
+        """True for a group reward (see :func:`rlvr.rewards.register_group_reward`)."""
+        return is_group_reward(self._fn)
 
     @property
     def key(self) -> str:
@@ -89,9 +112,27 @@ class RewardSpec(BaseModel):
             name=self.name,
             module=module,
             params=dict(self.params),
-            pass_tokens=self._pass_tokens,
-            pass_finish_reason=self._pass_finish_reason,
+            pool_kwargs=self._pool_kwargs,
+            group=self.group,
         )
+
+
+def check_gates(specs: list[RewardSpec]) -> None:
+    """Every gate names another spec's label, and following gates never loops back."""
+    gates = {s.key: s.gate for s in specs}
+    for spec in specs:
+        if spec.gate is not None and spec.gate not in gates:
+            raise RlvrError(
+                f"reward {spec.key!r}: gate {spec.gate!r} is not a reward label here; labels: "
+                f"{', '.join(gates)}"
+            )
+        seen = {spec.key}
+        current = spec.gate
+        while current is not None:
+            if current in seen:
+                raise RlvrError(f"reward gates form a cycle through {sorted(seen)}")
+            seen.add(current)
+            current = gates[current]
 
 
 def _accepts_keyword(signature: inspect.Signature, name: str) -> bool:

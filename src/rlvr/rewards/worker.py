@@ -1,11 +1,13 @@
 """A reward worker process: the loop that runs inside it, and the handle the parent keeps.
 
-Protocol over one duplex pipe: the worker first sends ``("ready", pid)`` once its imports are done
-(so import time is never charged to a call's timeout). It then receives chunks — lists of
-``(item, completion, example, completion_tokens, finish_reason, spec_indices)`` — and sends one
-``("done", item, spec_index, ok, payload)`` message per reward call, in order. The parent relies on
-that order: the call after the last reported one is the one running, so its deadline starts when
-the previous report arrives. ``None`` or a closed pipe ends the worker.
+Protocol over one duplex pipe: the worker first sends ``("ready", pid)`` once its imports and the
+rewards' set-ups are done (so that time is never charged to a call's timeout). It then receives
+chunks — lists of ``(unit, completion, example, extras, spec_indices)``, where ``extras`` holds the
+pool-supplied keyword arguments the trainer passed, and a group unit carries lists (of completions
+and of extras) — and sends one ``("done", unit, spec_index, ok, payload)`` message per reward
+call, in order. The parent relies on that order: the call after the last reported one is the one
+running, so its deadline starts when the previous report arrives. ``None`` or a closed pipe ends
+the worker.
 
 ``worker_main`` and the functions it calls run in the child; ``WorkerHandle`` and ``mp_context`` run in
 the parent. Rewards themselves never run in the trainer's process.
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rlvr.rewards.registry import get_reward, list_rewards, reward_preload
+from rlvr.rewards.registry import BUILTIN_MODULES, get_reward, list_rewards, reward_preload, reward_setup
 from rlvr.rewards.spec import CallSpec
 
 _MAX_MESSAGE = 500
@@ -42,7 +44,7 @@ def worker_main(conn: Connection, specs: list[CallSpec], preload: list[str]) -> 
             importlib.import_module(module)
         except Exception:  # noqa: BLE001 - the reward itself will report the import error per call
             pass
-    fns = [_resolve(spec) for spec in specs]
+    fns = [_set_up(spec, _resolve(spec)) for spec in specs]
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -51,35 +53,47 @@ def worker_main(conn: Connection, specs: list[CallSpec], preload: list[str]) -> 
             return
         if chunk is None:
             return
-        for item, completion, example, tokens, finish_reason, spec_indices in chunk:
+        for unit, completion, example, extras, spec_indices in chunk:
             for index in spec_indices:
-                ok, payload = call_reward(
-                    specs[index], fns[index], completion, example, tokens, finish_reason
-                )
-                conn.send(("done", item, index, ok, payload))
+                ok, payload = call_reward(specs[index], fns[index], completion, example, extras)
+                conn.send(("done", unit, index, ok, payload))
 
 
 def call_reward(
     spec: CallSpec,
     fn: Callable[..., Any] | str,
-    completion: str,
+    completion: str | list[str],
     example: Any,
-    completion_tokens: int | None,
-    finish_reason: str | None,
-) -> tuple[bool, float | dict[str, float] | str]:
-    """Run one reward call: ``(True, value)`` or ``(False, one-line error message)``."""
+    extras: dict[str, Any] | None = None,
+) -> tuple[bool, Any]:
+    """Run one reward call: ``(True, value)`` or ``(False, one-line error message)``.
+
+    ``extras`` holds the pool-supplied keyword arguments; the function gets those it accepts (a
+    missing one as ``None``, so the reward can say that it needs it). A group reward's value is a
+    list with one checked value per completion.
+    """
     if isinstance(fn, str):
         return False, fn
     kwargs = dict(spec.params)
-    if spec.pass_tokens:
-        kwargs["completion_tokens"] = completion_tokens
-    if spec.pass_finish_reason:
-        kwargs["finish_reason"] = finish_reason
+    for key in spec.pool_kwargs:
+        kwargs[key] = (extras or {}).get(key)
     try:
         value = fn(completion, example, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a reward is also its error
         return False, describe_exception(exc)
-    return check_value(spec.label, value)
+    if not spec.group:
+        return check_value(spec.label, value)
+    size = len(completion)
+    if not isinstance(value, (list, tuple)) or len(value) != size:
+        got = f"{len(value)} values" if isinstance(value, (list, tuple)) else type(value).__name__
+        return False, f"TypeError: group reward {spec.label!r} returned {got} for a group of {size}"
+    checked = []
+    for item in value:
+        ok, payload = check_value(spec.label, item)
+        if not ok:
+            return False, payload
+        checked.append(payload)
+    return True, checked
 
 
 def check_value(label: str, value: Any) -> tuple[bool, float | dict[str, float] | str]:
@@ -130,6 +144,18 @@ def _resolve(spec: CallSpec) -> Callable[..., Any] | str:
             f"RlvrError: reward {spec.name!r} is not available in worker processes (define it at the "
             f"top level of an importable module): {describe_exception(exc)}"
         )
+
+
+def _set_up(spec: CallSpec, fn: Callable[..., Any] | str) -> Callable[..., Any] | str:
+    """Run the reward's per-worker set-up (e.g. load its model); a failure is every call's error."""
+    setup = None if isinstance(fn, str) else reward_setup(fn)
+    if setup is None:
+        return fn
+    try:
+        setup(dict(spec.params))
+    except Exception as exc:  # noqa: BLE001
+        return f"reward {spec.label!r} set-up failed in the worker: {describe_exception(exc)}"
+    return fn
 
 
 def _isolate() -> None:
@@ -223,7 +249,7 @@ def mp_context(preload: list[str]) -> Any:
 
     modules = [
         "rlvr.rewards._forkserver_main",
-        "rlvr.rewards.builtin",
+        *BUILTIN_MODULES,
         *(m for name in list_rewards() for m in reward_preload(name)),
         *preload,
     ]

@@ -21,6 +21,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
+    ignore_eos: bool = False  # run every sequence to max_new_tokens (fixed-work benchmarks)
 
     @property
     def greedy(self) -> bool:

@@ -114,7 +114,11 @@ class HFEngine:
             for row, seq in enumerate(alive.tolist()):
                 tokens[seq].append(token_list[row])
                 logps[seq].append(logp_list[row])
-            done = torch.isin(token, stop_ids)
+            done = (
+                torch.isin(token, stop_ids)
+                if not params.ignore_eos
+                else torch.zeros_like(token, dtype=torch.bool)
+            )
             for row in done.nonzero().flatten().tolist():
                 finish[alive[row]] = "stop"
             if step == params.max_new_tokens - 1:

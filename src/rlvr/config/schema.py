@@ -68,7 +68,7 @@ class RolloutConfig(Section):
     engine: Literal["hf"] = Field(
         "hf", description="Generation engine (hf runs anywhere; vllm is a later extra)."
     )
-    prompts_per_step: int = Field(8, ge=1, description="Unique prompts sampled per training step.")
+    prompts_per_step: int = Field(4, ge=1, description="Unique prompts sampled per training step.")
     group_size: int = Field(8, ge=1, description="Completions sampled per prompt (G).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -93,7 +93,10 @@ class RewardItem(Section):
 class RewardsConfig(Section):
     functions: list[RewardItem] = Field(
         default_factory=lambda: [
-            RewardItem(name="reasoning_gym", weight=1.0, params={"extract": "answer_tag"}),
+            # Half the reward for a right answer wherever it is written, half for a right answer
+            # inside <answer> tags: correctness carries signal from step one, the format follows.
+            RewardItem(name="reasoning_gym", weight=0.5, params={"extract": "auto"}),
+            RewardItem(name="reasoning_gym", label="tagged", weight=0.5, params={"extract": "answer_tag"}),
         ],
         description="Reward components, summed with their weights.",
     )
@@ -133,7 +136,7 @@ class AlgoConfig(Section):
 
 
 class OptimConfig(Section):
-    lr: float = Field(2e-5, gt=0, description="Peak learning rate (AdamW).")
+    lr: float = Field(1e-5, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = Field((0.9, 0.99))
     eps: float = Field(1e-8, gt=0)
@@ -156,9 +159,9 @@ class EvalConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(40, ge=0, description="Training steps (one rollout batch each).")
+    steps: int = Field(70, ge=0, description="Training steps (one rollout batch each).")
     time_limit_s: float | None = Field(
-        420.0,
+        450.0,
         gt=0,
         description="Stop training after this many seconds (keeps the default job under 10 min); null: none.",
     )

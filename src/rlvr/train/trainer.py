@@ -165,7 +165,8 @@ class Trainer:
     def _reward_metrics(self, groups: list[Scored]) -> dict[str, float]:
         results = [r for g in groups for r in g.results]
         completions = [c for g in groups for c in g.completions]
-        first = self.cfg.rewards.functions[0].name
+        first_item = self.cfg.rewards.functions[0]
+        first = first_item.label or first_item.name
         totals = [r.total for r in results if r.total is not None]
         metrics = {
             "reward/mean": sum(totals) / max(len(totals), 1),

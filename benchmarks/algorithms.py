@@ -67,6 +67,7 @@ def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path) -> dict:
 
     overrides = [
         f"train.time_limit_s={args.budget_s}",
+        "eval.before=false",  # the same starting model for every preset: evaluated once, not per preset
         "train.steps=1000000",
         f"data.eval_size={args.eval_size}",
         f"eval.samples={args.eval_samples}",

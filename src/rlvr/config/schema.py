@@ -148,6 +148,7 @@ class OptimConfig(Section):
 
 class EvalConfig(Section):
     every: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after training).")
+    before: bool = Field(True, description="Evaluate the starting model before training.")
     max_new_tokens: int | None = Field(None, description="Defaults to rollout.max_new_tokens.")
     samples: int = Field(
         0, ge=0, description="Sampled completions per prompt for pass@k/mean@k (0 = greedy only)."

@@ -305,7 +305,7 @@ class Trainer:
     def fit(self) -> dict[str, dict[str, float]]:
         cfg = self.cfg
         results: dict[str, dict[str, float]] = {}
-        if self.step == 0:
+        if self.step == 0 and cfg.eval.before:
             results["before"] = self.run_eval("before")
         deadline = (
             time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None

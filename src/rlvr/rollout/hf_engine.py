@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.kv_cache import reserve_decode_room
 
 
 def sample_next(
@@ -19,21 +20,25 @@ def sample_next(
     """Pick next tokens from ``logits`` [B, V]; return (tokens [B], logprobs [B]).
 
     The logprob is taken from the temperature-scaled distribution before top-p truncation, which
-    is the distribution the trainer recomputes (it applies the same temperature).
+    is the distribution the trainer recomputes (it applies the same temperature). Sampling inverts
+    the CDF with one uniform draw per row: ``torch.multinomial`` draws an exponential variate per
+    vocabulary entry, which on CPU cost more than the model's own decode step for a 135M model.
     """
     if params.greedy:
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        logits = logits.float()
         tokens = logits.argmax(dim=-1)
-        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-    logprobs = torch.log_softmax(logits.float() / params.temperature, dim=-1)
-    probs = logprobs.exp()
+        chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
+        return tokens, chosen - torch.logsumexp(logits, dim=-1)
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    kept = probs
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
+    cdf = kept.cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
 
 
 class HFEngine:
@@ -98,6 +103,7 @@ class HFEngine:
         cache = out.past_key_values
         if n > 1:
             cache.batch_repeat_interleave(n)
+        reserve_decode_room(cache, params.max_new_tokens)
         mask = mask.repeat_interleave(n, dim=0)
         next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
 

@@ -101,3 +101,29 @@ def test_aggregate_pass_at_k_errors() -> None:
         aggregate_pass_at_k([(4, 1), (2, 1)], ks=[4])
     with pytest.raises(ValueError):
         aggregate_pass_at_k([], ks=[1])
+
+
+def test_sampled_eval_scores_each_completion_against_its_own_problem() -> None:
+    """Regression: prompts are generated in chunks, and each chunk's prompt_index restarts at 0."""
+    from rlvr.data import Example
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.rewards import RewardResult
+    from rlvr.rollout import Completion
+
+    class EchoEngine:  # answers every prompt with its own id, as one group per prompt
+        def generate(self, prompts, params):
+            return [
+                [Completion(i, p, [1], [0.0], "stop", text=str(p[0])) for _ in range(params.n)]
+                for i, p in enumerate(prompts)
+            ]
+
+    examples = [Example(id=str(i), prompt=[], reference=str(i)) for i in range(10)]
+
+    def score(completions, exs):
+        return [RewardResult(float(c.text == e.reference), {}, {}) for c, e in zip(completions, exs)]
+
+    metrics = evaluate(
+        EchoEngine(), [[i] for i in range(10)], examples, score, 4, samples=2, pass_k=[1], chunk=4
+    )
+    assert metrics["eval/accuracy"] == 1.0
+    assert metrics["eval/pass@1"] == 1.0

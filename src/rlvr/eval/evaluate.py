@@ -69,7 +69,8 @@ def evaluate(
         params = SamplingParams(n=samples, temperature=temperature, max_new_tokens=max_new_tokens)
         groups = _generate(engine, prompts, params, max(1, chunk // samples), None)
         flat = [c for group in groups for c in group]
-        flat_examples = [examples[c.prompt_index] for c in flat]
+        # groups come back in prompt order; Completion.prompt_index is relative to one generate call
+        flat_examples = [examples[i] for i, group in enumerate(groups) for _ in group]
         sampled = score(flat, flat_examples)
         correct = [r.total is not None and r.total >= CORRECT_AT for r in sampled]
         per_problem = [(samples, sum(correct[i * samples : (i + 1) * samples])) for i in range(len(groups))]

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+from tiny import TINY_RUN
 
 from rlvr import api
 from rlvr.config import load_config
@@ -23,20 +24,7 @@ UNWIRED = {
     "gae": "advantage estimator needs values (a value head)",
 }
 
-TINY = [
-    "model.name=tiny-random",
-    "model.threads=1",
-    "data.train_size=64",
-    "data.eval_size=8",
-    "rollout.prompts_per_step=2",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=8",
-    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
-    "rewards.workers=1",
-    "algo.micro_batch_size=4",
-    "train.steps=2",
-    "train.time_limit_s=null",
-]
+TINY = [*TINY_RUN, "train.steps=2"]
 
 
 def _params(slow: bool) -> list:

@@ -6,27 +6,14 @@ import json
 
 import pytest
 import torch
+from tiny import TINY_RUN
 
 from rlvr import api
 from rlvr.config import load_config
 from rlvr.errors import RlvrError
 from rlvr.log import read_jsonl
 
-TINY = [
-    "model.name=tiny-random",
-    "model.threads=1",
-    "data.train_size=64",
-    "data.eval_size=8",
-    "rollout.prompts_per_step=2",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=8",
-    # tiny-random never answers; a character-count reward (tests/reward_fixtures.py) still varies
-    # within groups, so updates happen
-    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
-    "rewards.workers=1",
-    "algo.micro_batch_size=4",
-    "train.log_samples=-1",
-]
+TINY = [*TINY_RUN, "train.log_samples=-1"]
 
 
 def _cfg(tmp_path, *extra: str):

@@ -7,7 +7,7 @@ that on-policy updates can reuse them and off-policy corrections can compare eng
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -38,7 +38,6 @@ class Completion:
     logprobs: list[float]
     finish_reason: str  # "stop" (hit EOS) or "length" (hit max_new_tokens)
     text: str = ""
-    extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -10,10 +10,26 @@ from rlvr.config.schema import OptimConfig
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters, with torch's fused kernel where the device has one.
+
+    The fused kernel updates each parameter in one pass over (param, grad, exp_avg, exp_avg_sq);
+    the ``foreach`` path makes about ten passes. On 2 CPU cores with SmolLM2-135M's 540 MB of fp32
+    weights the step is memory-bound, and fused took about a third of foreach's time
+    (benchmarks/optimizer_step.py).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
+    fused = bool(params) and all(p.device.type in _FUSED_DEVICES for p in params)
     return torch.optim.AdamW(
-        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True
+        params,
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        **({"fused": True} if fused else {"foreach": True}),
     )
+
+
+_FUSED_DEVICES = ("cpu", "cuda")
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:

@@ -40,7 +40,7 @@ def test_gae_hand_values_with_discount() -> None:
 
 def test_registered_gae_places_the_reward_on_the_last_token() -> None:
     fn = ADVANTAGE_ESTIMATORS.get("gae")
-    adv = fn(
+    adv, targets = fn(
         torch.tensor([1.0, 2.0]),
         torch.tensor([0, 0]),
         values=VALUES,
@@ -50,9 +50,11 @@ def test_registered_gae_places_the_reward_on_the_last_token() -> None:
         normalize=False,
     )
     assert torch.equal(adv, torch.tensor([[0.5, 0.5, 0.5], [1.0, 1.5, 0.0]]))
+    # the critic's targets: advantages + values (the return-to-go here), 0 on padding
+    assert torch.equal(targets["returns"], torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 0.0]]))
     # per-token rewards (e.g. a KL penalty) are added before the recursion
     extra = torch.tensor([[-0.1, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    adv2 = fn(
+    adv2, _ = fn(
         torch.tensor([1.0, 2.0]),
         torch.tensor([0, 0]),
         values=VALUES,
@@ -62,12 +64,17 @@ def test_registered_gae_places_the_reward_on_the_last_token() -> None:
         normalize=False,
     )
     assert torch.allclose(adv2[0], torch.tensor([0.4, 0.5, 0.5]))
-    whitened = fn(
+    whitened, targets = fn(
         torch.tensor([1.0, 2.0]), torch.tensor([0, 0]), values=VALUES, lengths=torch.tensor([3.0, 2.0])
     )
     valid = MASK.bool()
     assert whitened[valid].mean().abs() < 1e-6 and whitened[valid].std() == pytest.approx(1.0, abs=1e-5)
     assert whitened[1, 2] == 0.0
+    # whitening touches the advantages only; the returns stay in reward units
+    _, ret = gae_advantages_and_returns(
+        torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]]), VALUES, MASK, gamma=1.0, lam=0.95
+    )
+    assert torch.allclose(targets["returns"], ret)
 
 
 def test_value_loss_clips_around_old_values() -> None:

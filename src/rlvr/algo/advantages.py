@@ -6,6 +6,10 @@ can be tested against hand-computed numbers and swapped by name. The methods dif
 *baseline* subtracted from a reward and the *scale* it is divided by; the docstrings say which and why.
 Estimators that need more than rewards name it (``lengths``, ``baseline_rewards``, ``values``...);
 the trainer passes what a signature names (:func:`rlvr.registry.accepted_context`).
+
+An estimator may also return ``(advantages, targets)``: ``targets`` maps names to per-completion
+tensors the update needs besides the advantages. The one the trainer uses is ``"returns"`` [N, T],
+the critic's regression targets (required from an estimator that takes ``values``, see ``gae``).
 """
 
 from __future__ import annotations

@@ -72,20 +72,22 @@ def gae_advantages(
     lam: float = 0.95,
     token_rewards: torch.Tensor | None = None,
     normalize: bool = True,
-) -> torch.Tensor:
-    """Token-level PPO advantages [N, T] from the critic's ``values`` [N, T] (T = longest completion).
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Token-level PPO advantages [N, T] from the critic's ``values`` [N, T] (T = longest completion),
+    and the critic's regression targets: ``(advantages, {"returns": returns [N, T]})``.
 
     The sequence reward is placed on each completion's last token; ``token_rewards`` [N, T], if
     given, is added (e.g. a per-token KL penalty from :func:`rlvr.algo.kl.kl_penalized_rewards`).
-    ``normalize`` whitens advantages over the batch's tokens, as PPO implementations do.
+    ``normalize`` whitens advantages over the batch's tokens, as PPO implementations do; the returns
+    are always the unwhitened advantages plus ``values``.
     """
     width = values.shape[1]
     mask = (torch.arange(width, device=values.device)[None, :] < lengths[:, None]).to(values.dtype)
     per_token = terminal_rewards(rewards.to(values.dtype), lengths, width)
     if token_rewards is not None:
         per_token = per_token + torch.where(mask > 0, token_rewards, torch.zeros_like(per_token))
-    advantages, _ = gae_advantages_and_returns(per_token, values, mask, gamma, lam)
-    return whiten(advantages, mask) if normalize else advantages
+    advantages, returns = gae_advantages_and_returns(per_token, values, mask, gamma, lam)
+    return (whiten(advantages, mask) if normalize else advantages), {"returns": returns}
 
 
 def value_loss(

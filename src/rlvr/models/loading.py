@@ -50,14 +50,24 @@ def load_tokenizer(name_or_path: str):
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
     """A ``transformers`` causal LM in ``dtype`` on ``device``, in train mode with no dropout."""
     from transformers import AutoModelForCausalLM
+
+    return _from_pretrained(AutoModelForCausalLM, name_or_path, dtype, device)
+
+
+def load_backbone(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+    """The transformer body of a causal LM (no LM head): ``AutoModel`` of the same checkpoint."""
+    from transformers import AutoModel
+
+    return _from_pretrained(AutoModel, name_or_path, dtype, device)
+
+
+def _from_pretrained(auto_class, name_or_path: str, dtype: str, device: str) -> torch.nn.Module:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a weight-loading bar per load drowns rlvr's own progress
     path = resolve_model_path(name_or_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype(dtype), local_files_only=_offline(path)
-        )
+        model = auto_class.from_pretrained(path, dtype=torch_dtype(dtype), local_files_only=_offline(path))
     except OSError as err:
         raise _not_available(name_or_path, err) from err
     model.config.use_cache = False

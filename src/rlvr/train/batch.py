@@ -25,6 +25,8 @@ class TrainBatch:
     sampling_logprobs: torch.Tensor  # [B, T] logprobs from the rollout engine
     advantages: torch.Tensor  # [B] or [B, T]
     truncated: torch.Tensor  # [B] bool, the completion hit max_new_tokens
+    returns: torch.Tensor | None = None  # [B, T] the critic's targets (when there is a critic)
+    old_values: torch.Tensor | None = None  # [B, T] the critic's values at sampling time
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -41,6 +43,10 @@ class TrainBatch:
         left = int((prompt_mask.sum(0) == 0).sum())
         completion_mask = self.completion_mask[rows]
         width = int(completion_mask.sum(0).nonzero().max()) + 1 if completion_mask.any() else 1
+
+        def per_row(t: torch.Tensor | None) -> torch.Tensor | None:  # [B] or [B, T] (trimmed), or None
+            return t if t is None else t[rows] if t.dim() == 1 else t[rows][:, :width]
+
         return TrainBatch(
             prompt_ids=self.prompt_ids[used][:, left:],
             prompt_mask=prompt_mask[:, left:],
@@ -48,14 +54,15 @@ class TrainBatch:
             completion_ids=self.completion_ids[rows][:, :width],
             completion_mask=completion_mask[:, :width],
             sampling_logprobs=self.sampling_logprobs[rows][:, :width],
-            advantages=self.advantages[rows]
-            if self.advantages.dim() == 1
-            else self.advantages[rows][:, :width],
+            advantages=per_row(self.advantages),
             truncated=self.truncated[rows],
+            returns=per_row(self.returns),
+            old_values=per_row(self.old_values),
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
-        return TrainBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return TrainBatch(**{k: v if v is None else v.to(device) for k, v in moved.items()})
 
 
 def build_batch(groups: list[list[Completion]], advantages: list[float], pad_id: int) -> TrainBatch:

@@ -36,10 +36,16 @@ def _token_logprobs(
 
 
 def completion_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool | str = False
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    with_hidden: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
-    (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``)."""
+    (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``).
+    ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
+    predict each completion token (a value head's input)."""
     prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     prompt_out = model(
@@ -49,8 +55,10 @@ def completion_logprobs(
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        output_hidden_states=with_hidden,
     )
     first_logits = prompt_out.logits[:, -1][batch.group_index]  # predicts completion token 0
+    hidden = [prompt_out.hidden_states[-1][:, -1:][batch.group_index]] if with_hidden else []
     width = batch.completion_width
     if width == 1:
         logits = first_logits[:, None]
@@ -66,9 +74,12 @@ def completion_logprobs(
             position_ids=positions,
             past_key_values=cache,
             use_cache=True,
+            output_hidden_states=with_hidden,
         )
         logits = torch.cat([first_logits[:, None], out.logits], dim=1)
-    return _token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
+        hidden += [out.hidden_states[-1]] if with_hidden else []
+    result = _token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
+    return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
 
 
 def completion_logprobs_simple(

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights
+from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights, value_loss
 from rlvr.config.schema import AlgoConfig
 from rlvr.registry import accepted_context
 from rlvr.train.batch import TrainBatch
 from rlvr.train.logprobs import completion_logprobs
+
+if TYPE_CHECKING:
+    from rlvr.train.critic import Critic
 
 
 def _micro_slices(n: int, size: int) -> list[slice]:
@@ -56,8 +60,18 @@ def policy_update(
     max_new_tokens: int,
     ref_model: torch.nn.Module | None = None,
     generator: torch.Generator | None = None,
+    critic: Critic | None = None,
+    kl_coef: float | None = None,
+    loss_context: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Update ``model`` on ``batch``; return diagnostics averaged over optimizer steps."""
+    """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
+
+    ``kl_coef`` overrides ``cfg.kl_coef`` (an adaptive coefficient); KL is a loss term only when it
+    is not in the reward (``cfg.kl_in_reward``). ``loss_context`` is offered to the loss on top of
+    the update's own context (e.g. an adaptive ``entropy_coef``). With a ``critic``, the batch
+    carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
+    aggregated with the policy loss's token weights, is added to the loss.
+    """
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
@@ -65,9 +79,14 @@ def policy_update(
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
     # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
     old_all = None if on_policy else batch_logprobs(model, batch, cfg.micro_batch_size, temperature)
+    kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
     ref_all = None
-    if cfg.kl_coef > 0 and ref_model is not None:
+    if kl_coef > 0 and ref_model is not None and not cfg.kl_in_reward:
         ref_all = batch_logprobs(ref_model, batch, cfg.micro_batch_size, temperature)
+    if critic is not None and (batch.returns is None or batch.old_values is None):
+        raise ValueError("a critic's update needs batch.returns and batch.old_values")
+    with_hidden = critic is not None and critic.shares_policy
+    params = [p for group in optimizer.param_groups for p in group["params"]]
 
     sums: dict[str, float] = defaultdict(float)
     updates = 0
@@ -77,10 +96,14 @@ def policy_update(
             weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens)
             slices = _micro_slices(len(mini), cfg.micro_batch_size)
             optimizer.zero_grad(set_to_none=True)
+            if critic is not None:
+                critic.zero_grad()
             for micro_rows in slices:
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
-                logprobs, entropy = completion_logprobs(model, micro, temperature, with_entropy=entropy_mode)
+                logprobs, entropy, *hidden = completion_logprobs(
+                    model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
+                )
                 old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
                 context = {
                     "clip_low": cfg.clip_low,
@@ -89,6 +112,7 @@ def policy_update(
                     "entropy_with_grad": entropy,
                     "sampling_logprobs": micro.sampling_logprobs,
                     "truncated": micro.truncated,
+                    **(loss_context or {}),
                 }
                 kwargs = accepted_context(loss_fn, context, cfg.loss_params, "algo.loss_params")
                 per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **kwargs)
@@ -96,8 +120,17 @@ def policy_update(
                 loss = (per_token * w).sum()
                 if ref_all is not None:
                     kl = kl_fn(logprobs, ref_all[rows][micro_rows, :width])
-                    loss = loss + cfg.kl_coef * (kl * w).sum()
+                    loss = loss + kl_coef * (kl * w).sum()
                     sums["kl"] += float((kl.detach() * w).sum())
+                if critic is not None:
+                    values = critic.values(micro, hidden[0] if hidden else None)
+                    v_loss, v_stats = value_loss(
+                        values, micro.old_values, micro.returns, mask, cfg.critic.value_clip
+                    )
+                    v_loss = (v_loss * w).sum()
+                    loss = loss + cfg.critic.vf_coef * v_loss
+                    sums["value_loss"] += float(v_loss.detach())
+                    stats = {**stats, **v_stats}
                 loss.backward()
                 sums["loss"] += float(loss.detach())
                 # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
@@ -110,9 +143,12 @@ def policy_update(
                 )
                 for key, value in stats.items():
                     sums[key] += value * token_share
-            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
             sums["lr"] += scheduler.get_last_lr()[0]
             optimizer.step()
             scheduler.step()
+            if critic is not None:
+                for key, value in critic.step(grad_clip).items():
+                    sums[key] += value
             updates += 1
     return {f"update/{key}": value / updates for key, value in sums.items()}

@@ -52,8 +52,49 @@ def test_training_changes_the_weights(tmp_path) -> None:
     assert max(diffs) > 1e-4
 
 
-def test_resume_continues_exactly(tmp_path) -> None:
-    steps = ["train.steps=4", "train.save_every=2", "optim.lr=1e-3"]
+# stateful extras whose state must survive a resume: a critic (head weights in the policy's
+# optimizer, or a separate model with its own optimizer) and the adaptive coefficients
+STATEFUL = {
+    "plain": [],
+    "head_critic_adaptive_kl": [
+        "algo.advantage=gae",
+        "algo.critic.kind=head",
+        "algo.dynamic_sampling=false",
+        "algo.kl_coef=0.05",
+        "algo.kl_target=0.001",
+        "algo.kl_horizon=16",
+    ],
+    "separate_critic_kl_in_reward_adaptive_entropy": [
+        "algo.advantage=gae",
+        "algo.critic.kind=separate",
+        "algo.dynamic_sampling=false",
+        "algo.kl_coef=0.05",
+        "algo.kl_in_reward=true",
+        "algo.kl_target=0.001",
+        "algo.kl_horizon=16",
+        "algo.loss=entropy_bonus",
+        "algo.entropy_target=100.0",
+        "rewards.shaping=[{name: adaptive_length_penalty, params: {beta: 0.5}}]",
+    ],
+}
+COMPARED = {
+    "plain": [],
+    "head_critic_adaptive_kl": ["update/value_loss", "critic/value_mean", "algo/kl_coef", "update/kl"],
+    "separate_critic_kl_in_reward_adaptive_entropy": [
+        "update/value_loss",
+        "update/critic_grad_norm",
+        "critic/value_mean",
+        "algo/kl_coef",
+        "reward/kl",
+        "algo/entropy_coef",
+        "reward/shaped_mean",
+    ],
+}
+
+
+@pytest.mark.parametrize("extra", list(STATEFUL))
+def test_resume_continues_exactly(tmp_path, extra: str) -> None:
+    steps = ["train.steps=4", "train.save_every=2", "optim.lr=1e-3", *STATEFUL[extra]]
     api.train(_cfg(tmp_path, "name=full", *steps), quiet=True)
     # interrupted run: stop after step 2 (same schedule length), then resume to 4
     api.train(_cfg(tmp_path, "name=cut", *steps, "train.time_limit_s=0.001"), quiet=True)
@@ -68,7 +109,15 @@ def test_resume_continues_exactly(tmp_path) -> None:
     full, resumed = train_rows("full"), train_rows("cut")
     assert sorted(resumed) == [1, 2, 3, 4]
     for step in (2, 3, 4):
-        for key in ("reward/mean", "update/loss", "update/grad_norm", "completion/mean_length"):
+        for key in COMPARED[extra]:  # these must be logged on every step, or the test compares nothing
+            assert key in full[step] and key in resumed[step], (step, key)
+        for key in (
+            "reward/mean",
+            "update/loss",
+            "update/grad_norm",
+            "completion/mean_length",
+            *COMPARED[extra],
+        ):
             if key in full[step]:
                 assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)
     a = torch.load(tmp_path / "full" / "checkpoints" / "step-000004" / "trainer_state.pt", weights_only=False)

@@ -90,6 +90,11 @@ class RewardItem(Section):
     gate_min: float = Field(1.0, description="Score the gate component must reach.")
 
 
+class ShapingItem(Section):
+    name: str = Field(description="Registered shaping function (rlvr.algo.REWARD_SHAPERS).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
+
+
 class RewardsConfig(Section):
     functions: list[RewardItem] = Field(
         default_factory=lambda: [
@@ -107,6 +112,41 @@ class RewardsConfig(Section):
         "skip_group",
         description="A group with a reward error is dropped, or the error is scored 0 (and counted).",
     )
+    shaping: list[ShapingItem] = Field(
+        default_factory=list,
+        description="Shapers (rlvr.algo.REWARD_SHAPERS) applied in order to the sequence rewards of the kept "
+        "groups before the advantage estimator.",
+    )
+
+
+class CriticConfig(Section):
+    kind: Literal["none", "head", "separate"] = Field(
+        "none",
+        description="Value function for estimators that take `values` (gae): none; head = a linear head on "
+        "the policy's final hidden states (shared backbone); separate = its own model with its own AdamW.",
+    )
+    model: str | None = Field(
+        None,
+        description="Backbone of a separate critic (built-in name, directory or hub id); None: model.name.",
+    )
+    lr: float = Field(
+        1e-4,
+        gt=0,
+        description="Learning rate of the critic's parameters: the value head (head) or the whole critic "
+        "(separate); follows optim's warmup and schedule.",
+    )
+    vf_coef: float = Field(
+        0.1, ge=0, description="Weight of the value loss added to the policy loss (it shares the backbone)."
+    )
+    value_clip: float = Field(
+        0.2, gt=0, description="Values move at most this far from the rollout's values."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> CriticConfig:
+        if self.model is not None and self.kind != "separate":
+            raise ValueError("algo.critic.model applies only to algo.critic.kind: separate")
+        return self
 
 
 class AlgoConfig(Section):
@@ -127,12 +167,46 @@ class AlgoConfig(Section):
         0.0, ge=0, description="Weight of KL(policy‖reference); 0 skips the reference model."
     )
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Per-token KL estimator.")
+    kl_in_reward: bool = Field(
+        False,
+        description="Charge kl_coef * KL (k1 of the sampled tokens) in the reward instead of the loss.",
+    )
+    kl_target: float | None = Field(
+        None,
+        gt=0,
+        description="Adapt kl_coef towards this KL (aggregated like the loss: per token for token-mean); "
+        "None: fixed.",
+    )
+    kl_horizon: int = Field(
+        10000, ge=1, description="Completions over which the adaptive KL coefficient moves by up to 20%."
+    )
+    entropy_target: float | None = Field(
+        None,
+        gt=0,
+        description="Adapt the entropy coefficient offered to the loss (entropy_coef) to hold the mean "
+        "entropy at this value; None: off.",
+    )
+    entropy_coef_init: float = Field(0.0, ge=0, description="Starting adaptive entropy coefficient.")
+    entropy_coef_step: float = Field(5e-4, gt=0, description="Change of the entropy coefficient per step.")
+    entropy_coef_min: float = Field(0.0, ge=0, description="Lower bound of the entropy coefficient.")
+    entropy_coef_max: float = Field(1e-2, ge=0, description="Upper bound of the entropy coefficient.")
+    critic: CriticConfig = Field(default_factory=CriticConfig)
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
     dynamic_sampling: bool = Field(True, description="Drop groups whose rewards are all equal (DAPO).")
     refill: bool = Field(False, description="Sample more prompts to refill dropped groups.")
     max_refills: int = Field(2, ge=0, description="Extra sampling rounds per step when refilling.")
+
+    @model_validator(mode="after")
+    def _check(self) -> AlgoConfig:
+        if self.kl_target is not None and self.kl_coef <= 0:
+            raise ValueError("algo.kl_target needs algo.kl_coef > 0 (the starting coefficient)")
+        if not self.entropy_coef_min <= self.entropy_coef_init <= self.entropy_coef_max:
+            raise ValueError(
+                "algo.entropy_coef_init must lie within [algo.entropy_coef_min, algo.entropy_coef_max]"
+            )
+        return self
 
 
 class OptimConfig(Section):

@@ -6,15 +6,14 @@ through the registries in :mod:`rlvr.algo`; there is no ``if algo == ...`` here.
 
 from __future__ import annotations
 
-import inspect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups
+from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups, token_weights
 from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
 from rlvr.data.sampler import PromptSampler
@@ -22,14 +21,23 @@ from rlvr.eval.evaluate import CORRECT_AT, evaluate
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
-from rlvr.registry import accepted_context
 from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
 from rlvr.rollout import Completion, HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
-from rlvr.train.batch import build_batch
+from rlvr.train.batch import TrainBatch, build_batch
+from rlvr.train.controllers import Coefficients
+from rlvr.train.critic import build_critic, value_metrics
+from rlvr.train.estimate import (
+    check_algorithm,
+    estimate_advantages,
+    kl_token_rewards,
+    sampled_kl,
+    shape_rewards,
+    takes,
+)
 from rlvr.train.optim import build_optimizer, build_scheduler
 from rlvr.train.run_dir import prepare_run_dir
-from rlvr.train.update import policy_update
+from rlvr.train.update import batch_logprobs, policy_update
 
 
 @dataclass
@@ -47,6 +55,7 @@ class Trainer:
         self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False
     ):
         self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
+        check_algorithm(cfg)  # config errors that need the registries, before any model is loaded
         self.run_dir = prepare_run_dir(cfg, resume)
         torch.manual_seed(cfg.seed)
         if cfg.model.threads:
@@ -71,9 +80,13 @@ class Trainer:
         self.pool = training_pool(cfg.rewards)
         self.eval_pool = eval_pool(cfg.rewards)
 
-        updates_per_step = cfg.algo.epochs * cfg.algo.minibatches
+        total_updates = cfg.train.steps * cfg.algo.epochs * cfg.algo.minibatches
+        self.critic = build_critic(cfg, self.model, total_updates)
         self.optimizer = build_optimizer(self.model, cfg.optim)
-        self.scheduler = build_scheduler(self.optimizer, cfg.train.steps * updates_per_step, cfg.optim)
+        for group in self.critic.policy_param_groups(cfg.algo.critic.lr) if self.critic else []:
+            self.optimizer.add_param_group(group)  # a value head trains with the policy
+        self.scheduler = build_scheduler(self.optimizer, total_updates, cfg.optim)
+        self.coefs = Coefficients.from_config(cfg.algo)  # adaptive KL / entropy coefficients
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
         self.step, self.elapsed = 0, 0.0
         if start:
@@ -90,6 +103,9 @@ class Trainer:
         self.optimizer.load_state_dict(trainer_state["optimizer"])
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         ckpt.restore_rng(trainer_state["rng"], self._generators())
+        if self.critic is not None:
+            self.critic.load_state_dict(trainer_state["critic"])
+        self.coefs = Coefficients(**state.get("coefficients", self.coefs.state()))
         self.step, self.elapsed = state["step"], state.get("elapsed", 0.0)
         self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
         for name in ("metrics.jsonl", "samples.jsonl"):
@@ -102,7 +118,9 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": ckpt.rng_state(self._generators()),
         }
-        state = {"sampler": self.sampler.state(), "elapsed": self.elapsed}
+        if self.critic is not None:
+            trainer_state["critic"] = self.critic.state_dict()
+        state = {"sampler": self.sampler.state(), "elapsed": self.elapsed, "coefficients": self.coefs.state()}
         return ckpt.save_checkpoint(
             self.run_dir / "checkpoints",
             self.step,
@@ -182,21 +200,41 @@ class Trainer:
             metrics[f"reward/{name}"] = sum(values) / max(len(values), 1)
         return metrics
 
-    def advantages(self, groups: list[Scored]) -> list[float]:
-        """The configured estimator over the kept groups, offered the context it may ask for."""
+    def prepare_batch(self, groups: list[Scored]) -> tuple[TrainBatch, dict[str, float]]:
+        """The update's batch for the kept groups: advantages (and a critic's targets), on the device.
+
+        Shapers, then the in-reward KL penalty, then the estimator, each offered the context it
+        names (:mod:`rlvr.train.estimate`); the values of a critic are offered as ``values``.
+        """
+        cfg, a = self.cfg, self.cfg.algo
+        temperature, max_new = cfg.rollout.temperature, cfg.rollout.max_new_tokens
+        count = sum(len(g.completions) for g in groups)
+        batch = build_batch([g.completions for g in groups], [0.0] * count, self.engine.pad_id)
+        on_device, mask, index = batch.to(cfg.model.device), batch.completion_mask, batch.group_index
         rewards = torch.tensor([x for g in groups for x in self._rewards(g)], dtype=torch.float32)
-        sizes = torch.tensor([len(g.completions) for g in groups])
-        index = torch.arange(len(groups)).repeat_interleave(sizes)
-        estimator = ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage)
-        context = {
-            "lengths": torch.tensor([len(c) for g in groups for c in g.completions], dtype=torch.float32),
-            "max_new_tokens": self.cfg.rollout.max_new_tokens,
-        }
-        if "baseline_rewards" in inspect.signature(estimator).parameters:
-            context["baseline_rewards"] = self._greedy_baseline(groups).repeat_interleave(sizes)
-        params = self.cfg.algo.advantage_params
-        kwargs = accepted_context(estimator, context, params, "algo.advantage_params")
-        return estimator(rewards, index, **kwargs).tolist()
+        context: dict = {"lengths": mask.sum(dim=1), "max_new_tokens": max_new}
+        metrics: dict[str, float] = {}
+        if cfg.rewards.shaping:
+            rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
+            metrics["reward/shaped_mean"] = float(rewards.mean())
+        if a.kl_in_reward and self.ref_model is not None:
+            ref = batch_logprobs(self.ref_model, on_device, a.micro_batch_size, temperature).cpu()
+            kl = sampled_kl(batch.sampling_logprobs, ref, mask)
+            context["token_rewards"] = kl_token_rewards(kl, mask, self.coefs.kl)
+            metrics["reward/kl"] = float((kl * token_weights(mask, a.loss_agg, max_new)).sum())
+            metrics["reward/kl_penalty"] = float(-context["token_rewards"].sum(dim=1).mean())
+        if takes(ADVANTAGE_ESTIMATORS.get(a.advantage), "baseline_rewards"):
+            context["baseline_rewards"] = self._greedy_baseline(groups)[index]
+        old_values = None
+        if self.critic is not None:
+            old_values = self.critic.batch_values(self.model, on_device, a.micro_batch_size, temperature)
+            context["values"] = old_values = old_values.cpu()
+        estimate = estimate_advantages(a.advantage, a.advantage_params, rewards, index, context)
+        returns = estimate.targets.get("returns") if self.critic is not None else None
+        if returns is not None:
+            metrics.update(value_metrics(old_values, returns, mask))
+        batch = replace(batch, advantages=estimate.advantages, returns=returns, old_values=old_values)
+        return batch.to(cfg.model.device), metrics
 
     def _greedy_baseline(self, groups: list[Scored]) -> torch.Tensor:
         """Reward of one greedy completion per group's prompt (ReMax's baseline), [num_groups]."""
@@ -212,27 +250,29 @@ class Trainer:
         groups, seen, metrics = self.collect()
         t_collect = time.perf_counter() - t0
         if groups:
-            advantages = self.advantages(groups)
-            offset = 0
-            for g in groups:
-                g.advantages = advantages[offset : offset + len(g.completions)]
-                offset += len(g.completions)
-            batch = build_batch([g.completions for g in groups], advantages, self.engine.pad_id)
+            batch, batch_metrics = self.prepare_batch(groups)
+            metrics.update(batch_metrics)
+            self._keep_advantages(groups, batch)
+            metrics.update(self.coefs.metrics(self.cfg.algo))  # the coefficients this update uses
             metrics.update(
                 policy_update(
                     self.model,
                     self.optimizer,
                     self.scheduler,
-                    batch.to(self.cfg.model.device),
+                    batch,
                     self.cfg.algo,
                     self.cfg.optim.grad_clip,
                     self.cfg.rollout.temperature,
                     self.cfg.rollout.max_new_tokens,
                     self.ref_model,
                     self.update_generator,
+                    critic=self.critic,
+                    kl_coef=self.coefs.kl,
+                    loss_context=self.coefs.loss_context(),
                 )
             )
             self.engine.sync_weights(self.model)
+            self.coefs.update(self.cfg.algo, metrics, len(batch))
         else:
             metrics["update/skipped"] = 1.0
         dt = time.perf_counter() - t0
@@ -253,6 +293,17 @@ class Trainer:
             )
         self._log_samples(seen)
         return metrics
+
+    @staticmethod
+    def _keep_advantages(groups: list[Scored], batch: TrainBatch) -> None:
+        """Each completion's advantage for samples.jsonl (token-level ones: the mean over its tokens)."""
+        advantages, mask = batch.advantages.cpu(), batch.completion_mask.cpu()
+        if advantages.dim() == 2:
+            advantages = (advantages * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+        offset = 0
+        for g in groups:
+            g.advantages = advantages[offset : offset + len(g.completions)].tolist()
+            offset += len(g.completions)
 
     def _log_samples(self, groups: list[Scored]) -> None:
         n = self.cfg.train.log_samples

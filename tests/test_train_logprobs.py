@@ -58,3 +58,34 @@ def test_selecting_rows_keeps_only_their_prompts_and_trims_padding() -> None:
     assert sub.completion_ids.shape == (2, 3)
     assert sub.group_index.tolist() == [0, 0]
     assert sub.advantages.tolist() == [1.0, -1.0]
+
+
+def _update_delta(groups, advantages, loss_scale: float) -> torch.Tensor:
+    """Parameter change of one plain-SGD policy_update (lr 1, no clipping) from a fixed start."""
+    from rlvr.config.schema import AlgoConfig
+    from rlvr.train.update import policy_update
+
+    torch.manual_seed(0)
+    model = load_model("tiny-random")
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    batch = build_batch(groups, advantages, pad_id=2)
+    policy_update(model, optimizer, scheduler, batch, AlgoConfig(), 1e9, 1.0, 16, loss_scale=loss_scale)
+    return torch.cat([p.detach().flatten() for p in model.parameters()]) - before
+
+
+def test_sampled_loss_norm_equals_training_on_the_dropped_groups() -> None:
+    """Dropping a zero-advantage group and scaling by the kept token share (algo.loss_norm=sampled)
+    gives the update of training on every sampled group; without the scale it is larger."""
+    informative = _groups([[3, 7, 5]], prompt_lengths=[6])[0]
+    dropped = _groups([[4, 2, 6]], prompt_lengths=[5])[0]
+    advantages = [1.0, -0.5, -0.5]
+    full = _update_delta([informative, dropped], advantages + [0.0, 0.0, 0.0], 1.0)
+    share = 15 / 27  # kept tokens / sampled tokens
+    scaled = _update_delta([informative], advantages, share)
+    unscaled = _update_delta([informative], advantages, 1.0)
+    assert full.abs().max() > 1e-6
+    assert torch.allclose(scaled, full, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(unscaled * share, full, rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(unscaled, full, rtol=1e-2)

@@ -195,6 +195,12 @@ class AlgoConfig(Section):
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
     dynamic_sampling: bool = Field(True, description="Drop groups whose rewards are all equal (DAPO).")
+    loss_norm: Literal["kept", "sampled"] = Field(
+        "kept",
+        description="What the loss is averaged over when dynamic sampling drops groups: 'kept' (the "
+        "trained groups, as DAPO with a refilled batch) or 'sampled' (every sampled completion, as if "
+        "the dropped zero-advantage groups were trained on: fewer informative groups, smaller step).",
+    )
     refill: bool = Field(False, description="Sample more prompts to refill dropped groups.")
     max_refills: int = Field(2, ge=0, description="Extra sampling rounds per step when refilling.")
 

@@ -245,6 +245,22 @@ class Trainer:
         results = score_completions(self.pool, flat, examples, [1] * len(flat))
         return torch.tensor([r.total if r.total is not None else 0.0 for r in results])
 
+    def _loss_scale(self, kept: list[Scored], seen: list[Scored]) -> float:
+        """1, or with ``algo.loss_norm=sampled`` the kept share of what the loss would average over
+        had every sampled group been trained on (tokens for token-mean, sequences otherwise).
+
+        A dropped group has zero advantage everywhere, so it adds nothing to the gradient, only to
+        the denominator: scaling by this share gives that gradient without computing those groups.
+        """
+        if self.cfg.algo.loss_norm == "kept":
+            return 1.0
+        by_tokens = self.cfg.algo.loss_agg == "token-mean"
+
+        def size(groups: list[Scored]) -> int:
+            return sum(len(c) if by_tokens else 1 for g in groups for c in g.completions)
+
+        return size(kept) / max(size(seen), 1)
+
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         groups, seen, metrics = self.collect()
@@ -254,6 +270,7 @@ class Trainer:
             metrics.update(batch_metrics)
             self._keep_advantages(groups, batch)
             metrics.update(self.coefs.metrics(self.cfg.algo))  # the coefficients this update uses
+            metrics["update/loss_scale"] = self._loss_scale(groups, seen)
             metrics.update(
                 policy_update(
                     self.model,
@@ -269,6 +286,7 @@ class Trainer:
                     critic=self.critic,
                     kl_coef=self.coefs.kl,
                     loss_context=self.coefs.loss_context(),
+                    loss_scale=metrics["update/loss_scale"],
                 )
             )
             self.engine.sync_weights(self.model)

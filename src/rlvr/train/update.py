@@ -63,6 +63,7 @@ def policy_update(
     critic: Critic | None = None,
     kl_coef: float | None = None,
     loss_context: dict[str, Any] | None = None,
+    loss_scale: float = 1.0,
 ) -> dict[str, float]:
     """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
 
@@ -70,7 +71,8 @@ def policy_update(
     is not in the reward (``cfg.kl_in_reward``). ``loss_context`` is offered to the loss on top of
     the update's own context (e.g. an adaptive ``entropy_coef``). With a ``critic``, the batch
     carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
-    aggregated with the policy loss's token weights, is added to the loss.
+    aggregated with the policy loss's token weights, is added to the loss. ``loss_scale`` multiplies
+    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch).
     """
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
@@ -93,7 +95,7 @@ def policy_update(
     for _ in range(cfg.epochs):
         for rows in minibatch_rows(batch, cfg.minibatches, generator):
             mini = batch.select(rows)
-            weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens)
+            weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens) * loss_scale
             slices = _micro_slices(len(mini), cfg.micro_batch_size)
             optimizer.zero_grad(set_to_none=True)
             if critic is not None:

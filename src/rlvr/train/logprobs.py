@@ -6,8 +6,11 @@ Two paths compute the same numbers:
   the group's G completions, and runs only completion tokens on top. Autograd flows through the
   repeated cache, so the prompt's activations and gradients are computed once per group instead
   of G times. Only positions that predict completion tokens go through the LM head.
-- :func:`completion_logprobs_simple` runs every (prompt + completion) sequence in full. It is the
-  reference the fast path is tested against.
+- :func:`completion_logprobs_simple` runs every (prompt + completion) sequence in full and scores
+  it with a plain log-softmax. It is the reference the fast path is tested against.
+
+The fast path scores logits with :func:`rlvr.train.token_logprobs.token_logprobs` (row chunks, one
+exponential per element each way) unless the loss needs the entropy's gradient.
 """
 
 from __future__ import annotations
@@ -16,23 +19,15 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.train.batch import TrainBatch
+from rlvr.train.token_logprobs import token_logprobs, token_logprobs_reference
 
 
 def _token_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool | str
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    logits = logits.float()
-    if temperature and temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logprobs = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    entropy = None
-    if with_entropy == "grad":  # an entropy bonus needs its gradient (keeps a [B, T, V] graph)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    elif with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logprobs, entropy
+    if with_entropy == "grad":
+        return token_logprobs_reference(logits, targets, temperature, with_entropy)
+    return token_logprobs(logits, targets, temperature, bool(with_entropy))
 
 
 def completion_logprobs(
@@ -41,11 +36,13 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool | str = False,
     with_hidden: bool = False,
+    plain_scoring: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
     (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``).
     ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
-    predict each completion token (a value head's input)."""
+    predict each completion token (a value head's input). ``plain_scoring`` scores one concatenated
+    [B, T, V] logit tensor with a full log-softmax, as before the chunked scoring (for benchmarks)."""
     prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     prompt_out = model(
@@ -76,8 +73,19 @@ def completion_logprobs(
             use_cache=True,
             output_hidden_states=with_hidden,
         )
-        logits = torch.cat([first_logits[:, None], out.logits], dim=1)
         hidden += [out.hidden_states[-1]] if with_hidden else []
+        if plain_scoring:
+            logits = torch.cat([first_logits[:, None], out.logits], dim=1)
+            result = token_logprobs_reference(logits, batch.completion_ids, temperature, with_entropy)
+            return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
+        # The first token's logits and the rest are scored apart: concatenating them would copy the
+        # whole [B, T, V] logit tensor; only the [B, T] results are joined.
+        first = _token_logprobs(first_logits[:, None], batch.completion_ids[:, :1], temperature, with_entropy)
+        rest = _token_logprobs(out.logits, batch.completion_ids[:, 1:], temperature, with_entropy)
+        result = tuple(
+            torch.cat([a, b], dim=1) if a is not None else None for a, b in zip(first, rest, strict=True)
+        )
+        return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
     result = _token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
     return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
 
@@ -99,4 +107,4 @@ def completion_logprobs_simple(
         use_cache=False,
         logits_to_keep=width + 1,
     )
-    return _token_logprobs(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)
+    return token_logprobs_reference(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)

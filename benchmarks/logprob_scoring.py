@@ -5,8 +5,10 @@
 
 Both sides run rlvr's shared-prefix forward (``completion_logprobs``) on the same batch of random
 completion tokens, then backward a weighted sum of the logprobs, with the entropy computed as the
-trainer does; only the scoring of the logits differs (``rlvr.train.token_logprobs.token_logprobs``
-vs ``token_logprobs_reference`` on the concatenated logits). Prints median seconds and the ratio. Run it on an idle machine.
+trainer does; only the scoring of the logits differs: ``rlvr.train.token_logprobs.token_logprobs``
+on the first token's and the other tokens' logits apart, vs a full log-softmax of the concatenated
+[B, T, V] logits (``plain_scoring=True``). Prints median seconds and the ratio. Run it on an idle
+machine.
 """
 
 from __future__ import annotations

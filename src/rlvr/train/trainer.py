@@ -7,7 +7,7 @@ through the registries in :mod:`rlvr.algo`; there is no ``if algo == ...`` here.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,12 +17,12 @@ from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups, token_weights
 from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
 from rlvr.data.sampler import PromptSampler
-from rlvr.eval.evaluate import CORRECT_AT, evaluate
+from rlvr.eval.evaluate import evaluate
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
 from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
-from rlvr.rollout import Completion, HFEngine, SamplingParams
+from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.batch import TrainBatch, build_batch
 from rlvr.train.controllers import Coefficients
@@ -35,19 +35,10 @@ from rlvr.train.estimate import (
     shape_rewards,
     takes,
 )
+from rlvr.train.groups import Scored, reward_metrics, sample_records
 from rlvr.train.optim import build_optimizer, build_scheduler
 from rlvr.train.run_dir import prepare_run_dir
 from rlvr.train.update import batch_logprobs, policy_update
-
-
-@dataclass
-class Scored:
-    """One group of completions of one prompt, with rewards and advantages."""
-
-    example_index: int
-    completions: list[Completion]
-    results: list = field(default_factory=list)
-    advantages: list[float] = field(default_factory=list)
 
 
 class Trainer:
@@ -178,27 +169,8 @@ class Trainer:
                 break
         kept = kept[:want] if a.refill else kept
         stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
-        return kept, seen, {**stats, **self._reward_metrics(seen)}
-
-    def _reward_metrics(self, groups: list[Scored]) -> dict[str, float]:
-        results = [r for g in groups for r in g.results]
-        completions = [c for g in groups for c in g.completions]
-        first_item = self.cfg.rewards.functions[0]
-        first = first_item.label or first_item.name
-        totals = [r.total for r in results if r.total is not None]
-        metrics = {
-            "reward/mean": sum(totals) / max(len(totals), 1),
-            "reward/errors": float(sum(bool(r.errors) for r in results)),
-            "train/accuracy": sum(r.components.get(first, 0.0) >= CORRECT_AT for r in results)
-            / max(len(results), 1),
-            "completion/mean_length": sum(len(c) for c in completions) / max(len(completions), 1),
-            "completion/truncated_rate": sum(c.finish_reason == "length" for c in completions)
-            / max(len(completions), 1),
-        }
-        for name in {k for r in results for k in r.components}:
-            values = [r.components[name] for r in results if name in r.components]
-            metrics[f"reward/{name}"] = sum(values) / max(len(values), 1)
-        return metrics
+        first = self.cfg.rewards.functions[0]
+        return kept, seen, {**stats, **reward_metrics(seen, first.label or first.name)}
 
     def prepare_batch(self, groups: list[Scored]) -> tuple[TrainBatch, dict[str, float]]:
         """The update's batch for the kept groups: advantages (and a critic's targets), on the device.
@@ -309,7 +281,8 @@ class Trainer:
             metrics.update(
                 {f"reward_errors/{label}/{k}": float(v) for k, v in counts.items() if k != "calls"}
             )
-        self._log_samples(seen)
+        for record in sample_records(seen, self.train_examples, self.step, self.cfg.train.log_samples):
+            self.samples_log.write(record)
         return metrics
 
     @staticmethod
@@ -322,32 +295,6 @@ class Trainer:
         for g in groups:
             g.advantages = advantages[offset : offset + len(g.completions)].tolist()
             offset += len(g.completions)
-
-    def _log_samples(self, groups: list[Scored]) -> None:
-        n = self.cfg.train.log_samples
-        written = 0
-        for g in groups:
-            advantages = g.advantages or [None] * len(g.completions)  # None: group dropped before the update
-            for c, r, adv in zip(g.completions, g.results, advantages):
-                if 0 <= n <= written:
-                    return
-                example = self.train_examples[g.example_index]
-                self.samples_log.write(
-                    {
-                        "step": self.step,
-                        "example_id": example.id,
-                        "prompt": example.question,
-                        "reference": example.reference,
-                        "completion": c.text,
-                        "finish_reason": c.finish_reason,
-                        "tokens": len(c),
-                        "reward": r.total,
-                        "rewards": r.components,
-                        "errors": r.errors,
-                        "advantage": adv,
-                    }
-                )
-                written += 1
 
     # ----------------------------------------------------------------------------- loop
     def run_eval(self, label: str) -> dict[str, float]:

@@ -1,11 +1,12 @@
-"""GQA inside SDPA vs repeating K/V to every query head (TRANSFORMERS_SDPA_FORCE_GQA), alternating.
+"""GQA inside SDPA (rlvr_sdpa) vs repeating K/V to every query head (transformers' sdpa), alternating.
 
     .venv/bin/python benchmarks/sdpa_gqa.py                 # 2 prompts × 8 completions × 32 tokens
     .venv/bin/python benchmarks/sdpa_gqa.py --shape 1x16x128
 
-With an attention mask (rlvr always passes one: prompts are left-padded), transformers repeats each
-key/value head to all the query heads that share it before calling SDPA; with the switch set it
-passes ``enable_gqa=True`` instead. The switch is read on every call, so one process can time both.
+With an attention mask (rlvr always passes one: prompts are left-padded), transformers' ``sdpa``
+repeats each key/value head to all the query heads that share it before calling SDPA; rlvr's CPU
+attention (``rlvr/models/attention.py``, the default on CPU) passes ``enable_gqa=True`` instead. The
+model switches between the two with ``set_attn_implementation``, so one process times both.
 Each repetition times one generate call and one policy update (rlvr's own, fused AdamW) per
 setting; it also prints the largest logit difference between the two on one forward pass. Run it
 on an idle machine.
@@ -26,6 +27,7 @@ import torch  # noqa: E402
 from rlvr import api  # noqa: E402
 from rlvr.data.from_config import build_datasets  # noqa: E402
 from rlvr.models import load_model, load_tokenizer  # noqa: E402
+from rlvr.models.attention import NAME  # noqa: E402
 from rlvr.models.chat import encode_prompt  # noqa: E402
 from rlvr.rollout import HFEngine, SamplingParams  # noqa: E402
 from rlvr.train.batch import build_batch  # noqa: E402
@@ -33,7 +35,7 @@ from rlvr.train.optim import build_optimizer, build_scheduler  # noqa: E402
 from rlvr.train.update import policy_update  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo.yaml"
-SWITCH = "TRANSFORMERS_SDPA_FORCE_GQA"
+SETTINGS = {"sdpa": "repeat K/V (transformers)", NAME: "enable_gqa (rlvr default)"}
 
 
 def main() -> None:
@@ -58,18 +60,18 @@ def main() -> None:
 
     logits = {}
     batch = build_batch(engine.generate(prompts, params), advantages, engine.pad_id)
-    for flag in ("0", "1"):
-        os.environ[SWITCH] = flag
+    for flag in SETTINGS:
+        model.set_attn_implementation(flag)
         with torch.no_grad():
             ids = torch.cat([batch.prompt_ids[batch.group_index], batch.completion_ids], dim=1)
             mask = torch.cat([batch.prompt_mask[batch.group_index], batch.completion_mask.long()], dim=1)
             logits[flag] = model(input_ids=ids, attention_mask=mask).logits
-    diff = float((logits["0"] - logits["1"]).abs().max())
+    diff = float((logits["sdpa"] - logits[NAME]).abs().max())
 
-    times: dict[str, tuple[list[float], list[float]]] = {"0": ([], []), "1": ([], [])}
+    times: dict[str, tuple[list[float], list[float]]] = {flag: ([], []) for flag in SETTINGS}
     for rep in range(args.reps + 1):  # the first repetition warms up both settings
-        for flag in ("0", "1"):
-            os.environ[SWITCH] = flag
+        for flag in SETTINGS:
+            model.set_attn_implementation(flag)
             start = time.perf_counter()
             groups = engine.generate(prompts, params)
             generate_s = time.perf_counter() - start
@@ -81,8 +83,8 @@ def main() -> None:
                 times[flag][1].append(time.perf_counter() - start)
     print(f"{args.shape}, {args.reps} repetitions; max |logit difference| {diff:.2e}")
     for flag, (gen, upd) in times.items():
-        label = "enable_gqa (switch on)" if flag == "1" else "repeat K/V (default)"
-        print(f"  {label:24s} generate {statistics.median(gen):.2f} s, update {statistics.median(upd):.2f} s")
+        gen_s, upd_s = statistics.median(gen), statistics.median(upd)
+        print(f"  {SETTINGS[flag]:26s} generate {gen_s:.2f} s, update {upd_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,16 @@ def _from_pretrained(auto_class, name_or_path: str, dtype: str, device: str) -> 
     except OSError as err:
         raise _not_available(name_or_path, err) from err
     model.config.use_cache = False
-    return model.to(device)
+    model = model.to(device)
+    if torch.device(device).type == "cpu":
+        from rlvr.runtime import keep_freed_memory
+
+        keep_freed_memory()  # no page faults on every step's large tensors (rlvr/runtime.py)
+        if model.config._attn_implementation == "sdpa":
+            from rlvr.models.attention import register
+
+            model.set_attn_implementation(register())  # GQA without K/V copies (models/attention.py)
+    return model
 
 
 def _offline(path: str) -> bool:

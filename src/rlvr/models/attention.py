@@ -1,0 +1,66 @@
+"""SDPA attention that keeps grouped-query K/V grouped on the CPU.
+
+With an attention mask (rlvr always passes one: prompts are left-padded), transformers' ``sdpa``
+implementation copies every key/value head to all the query heads that share it (``repeat_kv``)
+before calling ``scaled_dot_product_attention``, because CUDA's fast SDPA kernels reject masked GQA.
+PyTorch's CPU kernel takes ``enable_gqa=True`` with a mask and gives the same numbers without the
+copies: ``benchmarks/sdpa_gqa.py`` measures the difference. ``rlvr_sdpa`` does that on the CPU and
+hands every other case (another device, position bias, paged cache, soft-capping, the static-cache
+prefill slice) to transformers' own ``sdpa`` unchanged. It is registered per model at load time
+(``attn_implementation="rlvr_sdpa"``), so no process-wide switch is flipped.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "rlvr_sdpa"
+_registered = False
+
+
+def rlvr_sdpa_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """``sdpa_attention_forward``'s contract: [B, H, T, D] in, ([B, T, H, D], None) out."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = q_len > 1 and attention_mask is None and causal
+    special = any(kwargs.get(k) is not None for k in ("position_bias", "cache", "softcap"))
+    special = special or bool(kwargs.get("output_attentions")) or (causal and kv_len > q_len)
+    if query.device.type != "cpu" or special:
+        kwargs.update(dropout=dropout, scaling=scaling, is_causal=is_causal)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        is_causal=causal,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Register ``rlvr_sdpa`` (attention and its mask format, the same as ``sdpa``); returns its name."""
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register(NAME, rlvr_sdpa_forward)
+        AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS.get("sdpa", sdpa_mask))
+        _registered = True
+    return NAME

@@ -39,9 +39,19 @@ def _grads(model, fn, batch):
     return logprobs.detach(), grads
 
 
-def test_shared_prefix_matches_full_sequences(tiny) -> None:
-    groups = _groups([[3, 7, 1, 5], [6, 2], [1]], prompt_lengths=[9, 4, 6])
-    batch = build_batch(groups, torch.linspace(-1, 1, 7).tolist(), pad_id=2)
+@pytest.mark.parametrize(
+    "lengths,prompt_lengths",
+    [
+        ([[3, 7, 1, 5], [6, 2], [1]], [9, 4, 6]),
+        ([[2, 4], [5]], [1, 7]),  # a one-token prompt: only padding in the shared pass
+        ([[3, 1], [4, 4]], [1, 1]),  # no shared pass at all
+        ([[1, 1], [1]], [5, 3]),  # every completion one token long
+    ],
+)
+def test_shared_prefix_matches_full_sequences(tiny, lengths, prompt_lengths) -> None:
+    groups = _groups(lengths, prompt_lengths=prompt_lengths)
+    rows = sum(len(group) for group in groups)
+    batch = build_batch(groups, torch.linspace(-1, 1, rows).tolist(), pad_id=2)
     fast_lp, fast_g = _grads(tiny, completion_logprobs, batch)
     slow_lp, slow_g = _grads(tiny, completion_logprobs_simple, batch)
     mask = batch.completion_mask.bool()

@@ -3,9 +3,10 @@
 Two paths compute the same numbers:
 
 - :func:`completion_logprobs` (the fast one) runs each prompt once, repeats its key/value cache for
-  the group's G completions, and runs only completion tokens on top. Autograd flows through the
-  repeated cache, so the prompt's activations and gradients are computed once per group instead
-  of G times. Only positions that predict completion tokens go through the LM head.
+  the group's G completions, and runs only completion tokens (and the prompt's last token) on top.
+  Autograd flows through the repeated cache, so the prompt's activations and gradients are
+  computed once per group instead of G times. Only positions that predict completion tokens go
+  through the LM head, in one product.
 - :func:`completion_logprobs_simple` runs every (prompt + completion) sequence in full and scores
   it with a plain log-softmax. It is the reference the fast path is tested against.
 
@@ -41,53 +42,45 @@ def completion_logprobs(
     """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
     (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``).
     ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
-    predict each completion token (a value head's input). ``plain_scoring`` scores one concatenated
-    [B, T, V] logit tensor with a full log-softmax, as before the chunked scoring (for benchmarks)."""
-    prompt_positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    prompt_out = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=prompt_positions,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-        output_hidden_states=with_hidden,
-    )
-    first_logits = prompt_out.logits[:, -1][batch.group_index]  # predicts completion token 0
-    hidden = [prompt_out.hidden_states[-1][:, -1:][batch.group_index]] if with_hidden else []
-    width = batch.completion_width
-    if width == 1:
-        logits = first_logits[:, None]
-    else:
-        cache = prompt_out.past_key_values
-        cache.batch_select_indices(batch.group_index)  # indexing is differentiable: grads sum per prompt
-        mask = torch.cat([batch.prompt_mask[batch.group_index], batch.completion_mask[:, :-1].long()], dim=1)
-        start = batch.prompt_mask.sum(-1)[batch.group_index]
-        positions = start[:, None] + torch.arange(width - 1, device=start.device)[None, :]
-        out = model(
-            input_ids=batch.completion_ids[:, :-1],
-            attention_mask=mask,
-            position_ids=positions,
+    predict each completion token (a value head's input). ``plain_scoring`` scores the [B, T, V]
+    logits with a full log-softmax, as before the chunked scoring (for benchmarks)."""
+    # Prompts are left-padded, so every prompt's last token is in the last column. The prompt minus
+    # that token runs once per group and its key/value cache is repeated for the group's completions;
+    # the last prompt token then runs with each completion, so that one forward gives the logits of
+    # all T completion tokens and one LM-head product scores them (the last token's work is repeated
+    # G times: one token per completion).
+    index = batch.group_index
+    prompt_mask = batch.prompt_mask
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    cache, past_mask = None, prompt_mask[index, :0]
+    if batch.prompt_ids.shape[1] > 1:
+        cache = DynamicCache()
+        model(
+            input_ids=batch.prompt_ids[:, :-1],
+            attention_mask=prompt_mask[:, :-1],
+            position_ids=positions[:, :-1],
             past_key_values=cache,
             use_cache=True,
-            output_hidden_states=with_hidden,
+            logits_to_keep=1,  # unused: no gradient reaches it
         )
-        hidden += [out.hidden_states[-1]] if with_hidden else []
-        if plain_scoring:
-            logits = torch.cat([first_logits[:, None], out.logits], dim=1)
-            result = token_logprobs_reference(logits, batch.completion_ids, temperature, with_entropy)
-            return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
-        # The first token's logits and the rest are scored apart: concatenating them would copy the
-        # whole [B, T, V] logit tensor; only the [B, T] results are joined.
-        first = _token_logprobs(first_logits[:, None], batch.completion_ids[:, :1], temperature, with_entropy)
-        rest = _token_logprobs(out.logits, batch.completion_ids[:, 1:], temperature, with_entropy)
-        result = tuple(
-            torch.cat([a, b], dim=1) if a is not None else None for a, b in zip(first, rest, strict=True)
-        )
-        return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
-    result = _token_logprobs(logits, batch.completion_ids, temperature, with_entropy)
-    return (*result, torch.cat(hidden, dim=1)) if with_hidden else result
+        cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
+        past_mask = prompt_mask[index, :-1]
+    width = batch.completion_width
+    out = model(
+        input_ids=torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1),
+        attention_mask=torch.cat(
+            [past_mask, prompt_mask[index, -1:], batch.completion_mask[:, :-1].long()], dim=1
+        ),
+        position_ids=positions[index, -1:] + torch.arange(width, device=positions.device)[None, :],
+        past_key_values=cache,
+        use_cache=cache is not None,
+        output_hidden_states=with_hidden,
+    )
+    if plain_scoring:
+        result = token_logprobs_reference(out.logits, batch.completion_ids, temperature, with_entropy)
+    else:
+        result = _token_logprobs(out.logits, batch.completion_ids, temperature, with_entropy)
+    return (*result, out.hidden_states[-1]) if with_hidden else result
 
 
 def completion_logprobs_simple(

@@ -77,6 +77,7 @@ def build_spec(p: int, g: int, t: int, args: argparse.Namespace, model_dir: str)
         "seed": 0,
         "train_size": p * (steps + 2),  # a little spare so TRL's dataloader never wraps around
         "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
+        "trl_keep_freed_memory": args.trl_keep_freed_memory,
     }
     cfg = load_config(None, rlvr_overrides(spec, tempfile.gettempdir()))
     train, _ = build_datasets(cfg.data)
@@ -399,6 +400,11 @@ def main() -> None:
         "--trl-gradient-checkpointing",
         action="store_true",
         help="keep TRL's default gradient checkpointing (extra forward; rlvr has none)",
+    )
+    parser.add_argument(
+        "--trl-keep-freed-memory",
+        action="store_true",
+        help="give TRL's process rlvr's malloc setting too (rlvr/runtime.py; rlvr always has it on CPU)",
     )
     parser.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_CONFIG}, 1 rep, 1+1 steps")
     args = parser.parse_args()

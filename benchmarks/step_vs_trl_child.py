@@ -192,6 +192,11 @@ def run_rlvr(spec: dict, workdir: str) -> dict:
 def run_trl(spec: dict, workdir: str) -> dict:
     import torch
 
+    if spec.get("trl_keep_freed_memory"):
+        from rlvr.runtime import keep_freed_memory
+
+        if not keep_freed_memory():
+            raise SystemExit("--trl-keep-freed-memory: glibc did not accept the malloc setting")
     torch.set_num_threads(spec["threads"])
     from datasets import Dataset
     from transformers import TrainerCallback

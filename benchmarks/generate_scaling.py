@@ -88,7 +88,8 @@ def main() -> None:
         step_ms = median / args.tokens * 1000
         flops_ms = 2 * n_params * p * g / gflops / 1e6
         print(
-            f"{p} x {g}: {median:.2f} s per call, {step_ms:.0f} ms per token step (floors: weights "
+            f"{p} x {g}: {median:.2f} s per call, {step_ms:.0f} ms per new token with the prefill "
+            f"(floors per decode step: weights "
             f"{weights_ms:.0f} ms, FLOPs {flops_ms:.0f} ms); {p * g / base[0]:.0f}x the sequences of the "
             f"first shape for {median / base[1]:.2f}x the time"
         )

@@ -164,6 +164,36 @@ def test_exact_match():
 
 
 @pytest.mark.parametrize(
+    ("completion", "reference", "params", "expected"),
+    [
+        ("<answer>-12</answer>", "-12", {}, 1.0),
+        ("<answer>-10</answer>", "-12", {}, 1.0 - 2 / 12),
+        ("<answer>-1</answer>", "-12", {}, 1.0 - 11 / 12),
+        ("<answer>12</answer>", "-12", {}, 0.0),  # wrong sign: twice the reference away
+        ("<answer>1,000</answer>", "990", {}, 1.0 - 10 / 990),
+        ("<answer>3</answer>", "0", {}, 0.0),  # small references are judged on a scale of 1
+        ("<answer>0.5</answer>", "0", {}, 0.5),
+        ("<answer>-20</answer>", "-12", {"tolerance": 2.0}, 1.0 - 8 / 24),
+        ("<answer>twelve</answer>", "-12", {}, 0.0),
+        ("<answer>nan</answer>", "-12", {}, 0.0),
+        ("-12 without tags", "-12", {}, 0.0),
+        ("-12 without tags", "-12", {"extract": "last_number"}, 1.0),
+    ],
+)
+def test_numeric_closeness(completion, reference, params, expected):
+    reward = get_reward("numeric_closeness")
+    assert reward(completion, _example(reference), **params) == pytest.approx(expected)
+
+
+def test_numeric_closeness_needs_a_numeric_reference():
+    reward = get_reward("numeric_closeness")
+    with pytest.raises(ValueError, match="no reference"):
+        reward("<answer>1</answer>", _example(None))
+    with pytest.raises(ValueError, match="not a number"):
+        reward("<answer>1</answer>", _example("x + 1"))
+
+
+@pytest.mark.parametrize(
     ("completion", "require_think", "expected"),
     [
         ("<answer>4</answer>", False, 1.0),

@@ -135,6 +135,40 @@ def exact_match_reward(
     return 1.0 if answer == reference else 0.0
 
 
+@register_reward("numeric_closeness")
+def numeric_closeness_reward(
+    completion: str,
+    example: Example,
+    *,
+    extract: ExtractMode = "answer_tag",
+    tolerance: Annotated[float, Gt(0)] = 1.0,
+) -> float:
+    """Partial credit for a number by its distance to the reference, relative to the reference's size:
+    ``max(0, 1 - |answer - reference| / (tolerance * max(|reference|, 1)))``.
+
+    1.0 when exact; a wrong sign, no answer or a non-number scores 0.0. Within an all-wrong group it
+    still ranks "-10" above "-1" for a reference of -12, a signal that exact-match rewards lack.
+    """
+    if example.reference is None:
+        raise ValueError(f"example {example.id!r} has no reference answer for numeric_closeness")
+    reference = _as_number(example.reference)
+    if reference is None:
+        raise ValueError(f"example {example.id!r}: reference {example.reference!r} is not a number")
+    answer = extract_answer(completion, mode=extract)
+    value = _as_number(answer) if answer is not None else None
+    if value is None:
+        return 0.0
+    return max(0.0, 1.0 - abs(value - reference) / (tolerance * max(abs(reference), 1.0)))
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        value = float(text.strip().replace(",", ""))
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
 @register_reward("choice")
 def choice_reward(completion: str, example: Example) -> float:
     """1.0 if the multiple-choice letter in the completion is the reference's ("B", "(B)", "B) 42").

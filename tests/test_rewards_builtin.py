@@ -185,6 +185,17 @@ def test_numeric_closeness(completion, reference, params, expected):
     assert reward(completion, _example(reference), **params) == pytest.approx(expected)
 
 
+def test_numeric_closeness_checks_the_data_before_training():
+    from rlvr.config.schema import RewardItem, RewardsConfig
+    from rlvr.errors import RlvrError
+    from rlvr.rewards.scoring import check_reward_examples
+
+    cfg = RewardsConfig(functions=[RewardItem(name="exact_match"), RewardItem(name="numeric_closeness")])
+    check_reward_examples(cfg, [_example("-12"), _example("3.5")])
+    with pytest.raises(RlvrError, match=r"rewards.functions\[1\] \(numeric_closeness\).*'ex'.*'Paris'"):
+        check_reward_examples(cfg, [_example("-12"), _example("Paris")])
+
+
 def test_numeric_closeness_needs_a_numeric_reference():
     reward = get_reward("numeric_closeness")
     with pytest.raises(ValueError, match="no reference"):

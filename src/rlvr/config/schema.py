@@ -100,8 +100,13 @@ class RewardsConfig(Section):
         default_factory=lambda: [
             # Half the reward for a right answer wherever it is written, half for a right answer
             # inside <answer> tags: correctness carries signal from step one, the format follows.
+            # A quarter more for how close a tagged number is: groups that are all wrong still rank
+            # their answers (the default task's answers are numbers; drop it for other tasks).
             RewardItem(name="reasoning_gym", weight=0.5, params={"extract": "auto"}),
             RewardItem(name="reasoning_gym", label="tagged", weight=0.5, params={"extract": "answer_tag"}),
+            RewardItem(
+                name="numeric_closeness", label="closeness", weight=0.25, params={"extract": "answer_tag"}
+            ),
         ],
         description="Reward components, summed with their weights.",
     )

@@ -135,7 +135,16 @@ def exact_match_reward(
     return 1.0 if answer == reference else 0.0
 
 
-@register_reward("numeric_closeness")
+def _numeric_references(params: dict[str, Any], examples: list[Example]) -> None:
+    for example in examples:
+        if example.reference is None or _as_number(example.reference) is None:
+            raise ValueError(
+                f"needs numeric reference answers, but example {example.id!r} has {example.reference!r}; "
+                "remove this component for a task whose answers are not numbers"
+            )
+
+
+@register_reward("numeric_closeness", check_examples=_numeric_references)
 def numeric_closeness_reward(
     completion: str,
     example: Example,

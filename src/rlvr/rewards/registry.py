@@ -31,6 +31,7 @@ _SETUP_ATTR = "_rlvr_setup"
 _REWARDS: dict[str, RewardFn] = {}
 _PRELOAD: dict[str, tuple[str, ...]] = {}
 _CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {}
+_EXAMPLE_CHECKS: dict[str, Callable[[dict[str, Any], list], None]] = {}
 
 # Modules whose rewards are known by name without an import by the user. Each keeps its heavy
 # imports (torch, transformers, math-verify) inside functions, so loading them all is cheap.
@@ -51,6 +52,7 @@ def register_reward(
     preload: tuple[str, ...] = (),
     check: Callable[[dict[str, Any]], None] | None = None,
     setup: Callable[[dict[str, Any]], None] | None = None,
+    check_examples: Callable[[dict[str, Any], list], None] | None = None,
 ) -> Callable[[RewardFn], RewardFn]:
     """Register the decorated function as the reward called ``name``.
 
@@ -61,6 +63,11 @@ def register_reward(
     ``check(params)`` runs once in the trainer's process when a spec naming the reward is built:
     the place to fail early on a bad setup (a missing model directory) or to make a one-time
     decision (which sandbox backend works) that workers then inherit.
+
+    ``check_examples(params, examples)`` runs in the trainer's process once the training data is
+    built, and raises ``ValueError`` when the data cannot be scored by this reward at all (e.g.
+    non-numeric references for a numeric reward): one clear error at start instead of a reward
+    error on every call.
 
     ``setup(params)`` runs in each worker process before it accepts work (so it is never charged
     to a call's timeout): the place to load a model once per worker. It travels with the function,
@@ -83,6 +90,8 @@ def register_reward(
         _PRELOAD[name] = tuple(preload)
         if check is not None:
             _CHECKS[name] = check
+        if check_examples is not None:
+            _EXAMPLE_CHECKS[name] = check_examples
         if setup is not None:
             setattr(fn, _SETUP_ATTR, setup)
         return fn
@@ -96,6 +105,7 @@ def register_group_reward(
     preload: tuple[str, ...] = (),
     check: Callable[[dict[str, Any]], None] | None = None,
     setup: Callable[[dict[str, Any]], None] | None = None,
+    check_examples: Callable[[dict[str, Any], list], None] | None = None,
 ) -> Callable[[RewardFn], RewardFn]:
     """Register ``fn(completions: list[str], example, **params) -> list[float]`` as a group reward.
 
@@ -105,7 +115,7 @@ def register_group_reward(
     (``completion_tokens``, ``finish_reason``, ``token_logprobs``, ``top_logprobs``) arrive as lists
     with one entry per completion.
     """
-    register = register_reward(name, preload=preload, check=check, setup=setup)
+    register = register_reward(name, preload=preload, check=check, setup=setup, check_examples=check_examples)
 
     def decorator(fn: RewardFn) -> RewardFn:
         setattr(fn, _GROUP_FLAG, True)
@@ -163,6 +173,11 @@ def reward_preload(name: str) -> tuple[str, ...]:
 def reward_check(name: str) -> Callable[[dict[str, Any]], None] | None:
     """The set-up check registered with the reward ``name``, if any."""
     return _CHECKS.get(name)
+
+
+def reward_example_check(name: str) -> Callable[[dict[str, Any], list], None] | None:
+    """The data check registered with the reward ``name``, if any."""
+    return _EXAMPLE_CHECKS.get(name)
 
 
 def _import_reward(path: str) -> RewardFn:

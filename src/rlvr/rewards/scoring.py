@@ -7,13 +7,27 @@ from typing import Any
 
 from rlvr.config.schema import RewardItem, RewardsConfig
 from rlvr.data.example import Example
+from rlvr.errors import RlvrError
 from rlvr.rewards.pool import RewardPool, RewardResult
+from rlvr.rewards.registry import reward_example_check
 from rlvr.rewards.spec import RewardSpec
 
 
 def spec_from_item(item: RewardItem, **override: Any) -> RewardSpec:
     fields = item.model_dump(exclude_none=True)
     return RewardSpec(**{**fields, **override})
+
+
+def check_reward_examples(cfg: RewardsConfig, examples: Sequence[Example]) -> None:
+    """Run each reward's data check (if it registered one) on ``examples``; errors name the key."""
+    for i, item in enumerate(cfg.functions):
+        check = None if ":" in item.name else reward_example_check(item.name)
+        if check is None:
+            continue
+        try:
+            check(item.params, list(examples))
+        except ValueError as err:
+            raise RlvrError(f"rewards.functions[{i}] ({item.name}): {err}") from err
 
 
 def training_pool(cfg: RewardsConfig) -> RewardPool:

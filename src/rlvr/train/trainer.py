@@ -21,7 +21,7 @@ from rlvr.eval.evaluate import evaluate
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
-from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
+from rlvr.rewards.scoring import check_reward_examples, eval_pool, score_completions, training_pool
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.batch import TrainBatch, build_batch
@@ -53,6 +53,7 @@ class Trainer:
             torch.set_num_threads(cfg.model.threads)
 
         self.train_examples, self.eval_examples = build_datasets(cfg.data)
+        check_reward_examples(cfg.rewards, self.train_examples)
         self.tokenizer = load_tokenizer(cfg.model.name)
         start = ckpt.latest_checkpoint(self.run_dir / "checkpoints") if resume else None
         model_path = str(start / "model") if start else cfg.model.name

@@ -21,47 +21,30 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo.yaml"
 MARK = "HOST_MEMORY_RESULT "
 
 
 def child(shape: str, steps: int, threads: int) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+    from bench_setup import grpo_step
 
-    from rlvr import api
-    from rlvr.data.from_config import build_datasets
-    from rlvr.models import load_model, load_tokenizer
-    from rlvr.models.chat import encode_prompt
-    from rlvr.rollout import HFEngine, SamplingParams
     from rlvr.runtime import keep_freed_memory
     from rlvr.train.batch import build_batch
-    from rlvr.train.optim import build_optimizer, build_scheduler
     from rlvr.train.update import policy_update
 
     torch.set_num_threads(threads)
     p, g, t = (int(x) for x in shape.split("x"))
-    overrides = ["data.few_shot=[]", f"algo.micro_batch_size={p * g}", "optim.warmup_steps=0"]
-    cfg = api.load_config(RECIPE, overrides)
-    train, _ = build_datasets(cfg.data)
-    tokenizer = load_tokenizer(cfg.model.name)
-    model = load_model(cfg.model.name, "float32", "cpu")
-    engine = HFEngine(model, tokenizer, max_batch_sequences=1024)
-    prompts = [encode_prompt(tokenizer, e.prompt) for e in train[:p]]
-    params = SamplingParams(n=g, temperature=1.0, max_new_tokens=t, ignore_eos=True)
-    optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, 1000, cfg.optim)
-    advantages = torch.randn(p * g, generator=torch.Generator().manual_seed(0)).tolist()
+    bench = grpo_step(p, g, t)
+    engine = bench.engine
     generate_s, update_s = [], []
     for _ in range(steps + 1):
         start = time.perf_counter()
-        groups = engine.generate(prompts, params)
+        groups = engine.generate(bench.prompts, bench.params)
         generate_s.append(time.perf_counter() - start)
-        batch = build_batch(groups, advantages, engine.pad_id)
+        batch = build_batch(groups, bench.advantages, engine.pad_id)
         start = time.perf_counter()
-        policy_update(model, optimizer, scheduler, batch, cfg.algo, 1.0, 1.0, t)
+        policy_update(bench.model, bench.optimizer, bench.scheduler, batch, bench.cfg.algo, 1.0, 1.0, t)
         update_s.append(time.perf_counter() - start)
     result = {
         "applied": keep_freed_memory(),

@@ -13,7 +13,6 @@ machine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -21,6 +20,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from bench_setup import bench_args  # noqa: E402
 
 from rlvr.models import load_model  # noqa: E402
 from rlvr.rollout import Completion  # noqa: E402
@@ -34,13 +34,7 @@ def plain_scoring(model, batch, temperature=1.0, with_entropy=False):  # noqa: A
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="1x16x128", help="PxGxT")
-    parser.add_argument("--reps", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    p, g, t = (int(x) for x in args.shape.split("x"))
+    args, (p, g, t) = bench_args(__doc__.splitlines()[0], shape="1x16x128", reps=4)
     model = load_model("smollm2-135m-instruct", "float32", "cpu")
     gen = torch.Generator().manual_seed(0)
     groups = []

@@ -14,52 +14,26 @@ on an idle machine.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch
+from bench_setup import bench_args, grpo_step
 
-import torch  # noqa: E402
+from rlvr.models.attention import NAME
+from rlvr.train.batch import build_batch
+from rlvr.train.update import policy_update
 
-from rlvr import api  # noqa: E402
-from rlvr.data.from_config import build_datasets  # noqa: E402
-from rlvr.models import load_model, load_tokenizer  # noqa: E402
-from rlvr.models.attention import NAME  # noqa: E402
-from rlvr.models.chat import encode_prompt  # noqa: E402
-from rlvr.rollout import HFEngine, SamplingParams  # noqa: E402
-from rlvr.train.batch import build_batch  # noqa: E402
-from rlvr.train.optim import build_optimizer, build_scheduler  # noqa: E402
-from rlvr.train.update import policy_update  # noqa: E402
-
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo.yaml"
 SETTINGS = {"sdpa": "repeat K/V (transformers)", NAME: "enable_gqa (rlvr default)"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="2x8x32", help="PxGxT")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    p, g, t = (int(x) for x in args.shape.split("x"))
-    overrides = ["data.few_shot=[]", f"algo.micro_batch_size={p * g}", "optim.warmup_steps=0"]
-    cfg = api.load_config(RECIPE, overrides)  # zero-shot prompts, as in benchmarks/step_vs_trl.py
-    train, _ = build_datasets(cfg.data)
-    tokenizer = load_tokenizer(cfg.model.name)
-    model = load_model(cfg.model.name, "float32", "cpu")
-    engine = HFEngine(model, tokenizer, max_batch_sequences=1024)
-    prompts = [encode_prompt(tokenizer, e.prompt) for e in train[:p]]
-    params = SamplingParams(n=g, temperature=1.0, max_new_tokens=t, ignore_eos=True)
-    optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, 1000, cfg.optim)
-    advantages = torch.randn(p * g, generator=torch.Generator().manual_seed(0)).tolist()
+    args, (p, g, t) = bench_args(__doc__.splitlines()[0], shape="2x8x32", reps=3)
+    bench = grpo_step(p, g, t)  # zero-shot prompts, as in benchmarks/step_vs_trl.py
+    model, engine, prompts, params = bench.model, bench.engine, bench.prompts, bench.params
 
     logits = {}
-    batch = build_batch(engine.generate(prompts, params), advantages, engine.pad_id)
+    batch = build_batch(engine.generate(prompts, params), bench.advantages, engine.pad_id)
     for flag in SETTINGS:
         model.set_attn_implementation(flag)
         with torch.no_grad():
@@ -75,9 +49,9 @@ def main() -> None:
             start = time.perf_counter()
             groups = engine.generate(prompts, params)
             generate_s = time.perf_counter() - start
-            batch = build_batch(groups, advantages, engine.pad_id)
+            batch = build_batch(groups, bench.advantages, engine.pad_id)
             start = time.perf_counter()
-            policy_update(model, optimizer, scheduler, batch, cfg.algo, 1.0, 1.0, t)
+            policy_update(model, bench.optimizer, bench.scheduler, batch, bench.cfg.algo, 1.0, 1.0, t)
             if rep:
                 times[flag][0].append(generate_s)
                 times[flag][1].append(time.perf_counter() - start)

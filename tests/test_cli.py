@@ -58,6 +58,25 @@ def test_bad_data_row_is_named_and_nothing_written(tmp_path) -> None:
     assert not (tmp_path / "runs" / "bad" / "metrics.jsonl").exists()
 
 
+def test_numeric_reward_on_text_answers_is_refused_at_start(tmp_path) -> None:
+    data = tmp_path / "capitals.jsonl"
+    data.write_text('{"question": "Capital of France?", "answer": "Paris"}\n' * 4)
+    result = run(
+        "train",  # the default rewards include numeric_closeness
+        "data.source=file",
+        f"data.path={data}",
+        "data.eval_size=1",
+        "model.name=tiny-random",
+        f"output_dir={tmp_path / 'runs'}",
+        "name=text",
+    )
+    assert result.returncode == 2
+    message = " ".join(result.stderr.split())
+    assert "rewards.functions[2] (numeric_closeness)" in message and "'Paris'" in message
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "text" / "metrics.jsonl").exists()
+
+
 def test_unwritable_run_dir(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -177,6 +177,7 @@ def reward_check(name: str) -> Callable[[dict[str, Any]], None] | None:
 
 def reward_example_check(name: str) -> Callable[[dict[str, Any], list], None] | None:
     """The data check registered with the reward ``name``, if any."""
+    _ensure_builtins()
     return _EXAMPLE_CHECKS.get(name)
 
 

@@ -135,13 +135,19 @@ def exact_match_reward(
     return 1.0 if answer == reference else 0.0
 
 
+def _reference_number(example: Example) -> float:
+    reference = _as_number(example.reference) if example.reference is not None else None
+    if reference is None:
+        raise ValueError(
+            f"needs numeric reference answers, but example {example.id!r} has {example.reference!r}; "
+            "remove this component for a task whose answers are not numbers"
+        )
+    return reference
+
+
 def _numeric_references(params: dict[str, Any], examples: list[Example]) -> None:
     for example in examples:
-        if example.reference is None or _as_number(example.reference) is None:
-            raise ValueError(
-                f"needs numeric reference answers, but example {example.id!r} has {example.reference!r}; "
-                "remove this component for a task whose answers are not numbers"
-            )
+        _reference_number(example)
 
 
 @register_reward("numeric_closeness", check_examples=_numeric_references)
@@ -158,11 +164,7 @@ def numeric_closeness_reward(
     1.0 when exact; a wrong sign, no answer or a non-number scores 0.0. Within an all-wrong group it
     still ranks "-10" above "-1" for a reference of -12, a signal that exact-match rewards lack.
     """
-    if example.reference is None:
-        raise ValueError(f"example {example.id!r} has no reference answer for numeric_closeness")
-    reference = _as_number(example.reference)
-    if reference is None:
-        raise ValueError(f"example {example.id!r}: reference {example.reference!r} is not a number")
+    reference = _reference_number(example)
     answer = extract_answer(completion, mode=extract)
     value = _as_number(answer) if answer is not None else None
     if value is None:

@@ -50,7 +50,13 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
         raise RlvrError("nothing to evaluate: data.eval_size is 0")
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
-    engine = HFEngine(model, tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences, seed=cfg.seed)
+    engine = HFEngine(
+        model,
+        tokenizer,
+        max_batch_sequences=cfg.rollout.max_batch_sequences,
+        seed=cfg.seed,
+        packed_weights=cfg.rollout.packed_weights,
+    )
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
     with (
         eval_pool(cfg.rewards) as pool,

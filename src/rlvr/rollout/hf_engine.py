@@ -3,13 +3,17 @@
 Each unique prompt is encoded once: the prompts are prefilled together (left-padded), then the KV
 cache is repeated ``n`` times for the group. Finished sequences are dropped from the batch as soon
 as they emit a stop token, so decoding cost follows the live sequences, not the longest one.
+On CPU in fp32 the linear layers multiply through MKL-packed weights (``rlvr.models.packed``).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.packed import PackedLinears, packed_decode_available, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import reserve_decode_room
 
@@ -51,6 +55,7 @@ class HFEngine:
         stop_token_ids: list[int] | None = None,
         max_batch_sequences: int = 64,
         seed: int = 0,
+        packed_weights: str = "auto",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -59,9 +64,29 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        if packed_weights not in ("auto", "on", "off"):
+            raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
+        self.packed_weights = packed_weights
+        self._packed: PackedLinears | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        self.model = model  # same process, same tensors: nothing to copy
+        """The weights changed (same process, same tensors: nothing to copy); packed copies are stale."""
+        if model is not self.model:
+            self._packed = None
+        elif self._packed is not None:
+            self._packed.invalidate()
+        self.model = model
+
+    def _packing(self, rows: int, params: SamplingParams) -> AbstractContextManager:
+        """MKL-packed linears for this call (CPU fp32): when asked, or in "auto" where they pay."""
+        wanted = self.packed_weights == "on" or (
+            self.packed_weights == "auto" and packing_pays(rows, params.max_new_tokens)
+        )
+        if not wanted or not packed_decode_available(self.model):
+            return nullcontext()
+        if self._packed is None:
+            self._packed = PackedLinears(self.model)
+        return self._packed.active()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         per_chunk = max(1, self.max_batch_sequences // params.n)
@@ -69,9 +94,10 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(prompts), per_chunk):
-                chunk = prompts[start : start + per_chunk]
-                groups.extend(self._generate_chunk(chunk, start, params))
+            with self._packing(min(len(prompts), per_chunk) * params.n, params):
+                for start in range(0, len(prompts), per_chunk):
+                    chunk = prompts[start : start + per_chunk]
+                    groups.extend(self._generate_chunk(chunk, start, params))
         finally:
             self.model.train(was_training)
         return groups

@@ -63,7 +63,11 @@ class Trainer:
             self.ref_model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
             self.ref_model.requires_grad_(False)
         self.engine = HFEngine(
-            self.model, self.tokenizer, max_batch_sequences=cfg.rollout.max_batch_sequences, seed=cfg.seed
+            self.model,
+            self.tokenizer,
+            max_batch_sequences=cfg.rollout.max_batch_sequences,
+            seed=cfg.seed,
+            packed_weights=cfg.rollout.packed_weights,
         )
         self.update_generator = torch.Generator().manual_seed(cfg.seed + 1)
         self.train_prompts = [encode_prompt(self.tokenizer, e.prompt) for e in self.train_examples]

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/packed_decode.py --shape 2x8x32
 
 A decode step multiplies one row per live sequence by every weight matrix; MKL's sgemm re-lays out
-each weight on every call, the packed path (``rlvr/models/packed.py``) does it once per update.
+each weight on every call, the packed path (``rlvr/models/packed.py``) does it once per generate call.
 Each repetition runs a policy update (so the weights really change and must be repacked), then one
 generate call per setting; the packed time includes the repack, which is also printed alone. The
 two engines share the model and sample with the same seed; the script prints how many sampled tokens
@@ -19,6 +19,7 @@ import time
 
 from bench_setup import bench_args, grpo_step
 
+from rlvr.models.packed import packed_linears
 from rlvr.rollout import HFEngine
 from rlvr.train.batch import build_batch
 from rlvr.train.update import policy_update
@@ -38,7 +39,6 @@ def main() -> None:
         groups = engines["off"].generate(prompts, params)
         batch = build_batch(groups, bench.advantages, engines["off"].pad_id)
         policy_update(model, bench.optimizer, bench.scheduler, batch, bench.cfg.algo, 1.0, 1.0, t)
-        engines["on"].sync_weights(model)  # as the trainer does after each update: repack
         outputs = {}
         for mode, engine in engines.items():
             engine.generator.manual_seed(rep)
@@ -47,10 +47,9 @@ def main() -> None:
             if rep:
                 generate_s[mode].append(time.perf_counter() - start)
         if rep:
-            engines["on"].sync_weights(model)
             start = time.perf_counter()
-            engines["on"]._packed.refresh()
-            repack_s.append(time.perf_counter() - start)
+            with packed_linears(model):
+                repack_s.append(time.perf_counter() - start)
     flips, diff = _compare(outputs["off"], outputs["on"])
 
     plain, packed = statistics.median(generate_s["off"]), statistics.median(generate_s["on"])

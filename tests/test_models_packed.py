@@ -1,10 +1,10 @@
-"""MKL-packed decode: same numbers as nn.Linear, repacked when weights change, off outside decoding."""
+"""MKL-packed decode: same numbers as nn.Linear, packed from the current weights, off outside decoding."""
 
 import pytest
 import torch
 
 from rlvr.models import load_model, load_tokenizer
-from rlvr.models.packed import AUTO_MAX_ROWS, AUTO_MIN_NEW_TOKENS, PackedLinears, packed_decode_available
+from rlvr.models.packed import AUTO_MAX_ROWS, AUTO_MIN_NEW_TOKENS, packed_decode_available, packed_linears
 from rlvr.rollout import HFEngine, SamplingParams
 
 pytestmark = pytest.mark.skipif(
@@ -23,11 +23,11 @@ def _linear(model) -> torch.nn.Linear:
 
 @pytest.mark.parametrize("rows", [1, 5, 16, 33])
 def test_packed_linear_equals_plain_linear(model, rows):
-    lin, packed = _linear(model), PackedLinears(model)
+    lin = _linear(model)
     x = torch.randn(rows, lin.in_features, generator=torch.Generator().manual_seed(rows))
     with torch.inference_mode():
         expected = torch.nn.functional.linear(x, lin.weight)
-        with packed.active():
+        with packed_linears(model):
             got = lin(x)
             got_3d = lin(x[:, None, :])
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
@@ -35,23 +35,9 @@ def test_packed_linear_equals_plain_linear(model, rows):
     torch.testing.assert_close(got_3d[:, 0], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_weights_are_repacked_after_an_in_place_update(model):
-    lin, packed = _linear(model), PackedLinears(model)
-    n_linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-    assert packed.refresh() == n_linears
-    assert packed.refresh() == 0  # nothing changed: nothing repacked
-    with torch.no_grad():
-        lin.weight.mul_(2.0)  # what an optimizer step does: in place
-    assert packed.refresh() == 1
-    x = torch.randn(4, lin.in_features)
-    with torch.inference_mode(), packed.active():
-        got = lin(x)
-    torch.testing.assert_close(got, torch.nn.functional.linear(x, lin.weight), rtol=1e-5, atol=1e-5)
-
-
 def test_packed_forward_only_inside_the_block_and_never_with_grad(model):
-    lin, packed = _linear(model), PackedLinears(model)
-    with packed.active():
+    lin = _linear(model)
+    with packed_linears(model):
         assert "forward" in vars(lin)
         x = torch.randn(2, lin.in_features)
         lin(x).sum().backward()  # grad mode falls back to the plain product: gradients flow
@@ -59,15 +45,20 @@ def test_packed_forward_only_inside_the_block_and_never_with_grad(model):
     assert "forward" not in vars(lin)
 
 
+def test_modules_are_restored_when_the_block_raises(model):
+    with pytest.raises(RuntimeError, match="boom"), packed_linears(model):
+        raise RuntimeError("boom")
+    assert not any("forward" in vars(m) for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
 def test_engine_packed_generation_matches_plain():
     model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
     prompts = [tok("2 + 3 =")["input_ids"], tok("a longer prompt, 17 - 9 =")["input_ids"]]
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=12)
-    runs = {}
-    for mode in ("off", "on"):
-        engine = HFEngine(model, tok, seed=5, packed_weights=mode)
-        runs[mode] = engine.generate(prompts, params)
-        assert (engine._packed is not None) == (mode == "on")
+    runs = {
+        mode: HFEngine(model, tok, seed=5, packed_weights=mode).generate(prompts, params)
+        for mode in ("off", "on")
+    }
     for plain_group, packed_group in zip(runs["off"], runs["on"]):
         for plain, packed in zip(plain_group, packed_group):
             assert packed.token_ids == plain.token_ids
@@ -76,22 +67,9 @@ def test_engine_packed_generation_matches_plain():
             )
 
 
-def test_engine_auto_packs_only_long_generations():
-    model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
-    engine = HFEngine(model, tok, packed_weights="auto")
-    prompt = [tok("2 + 3 =")["input_ids"]]
-    engine.generate(prompt, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS - 1))
-    assert engine._packed is None  # short generation
-    engine.generate(prompt, SamplingParams(n=AUTO_MAX_ROWS + 1, max_new_tokens=AUTO_MIN_NEW_TOKENS))
-    assert engine._packed is None  # too many rows
-    engine.generate(prompt, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS))
-    assert engine._packed is not None
-    with pytest.raises(ValueError, match="packed_weights"):
-        HFEngine(model, tok, packed_weights="always")
-
-
-def test_engine_repacks_after_a_fused_optimizer_step_and_sync_weights():
-    """Fused AdamW writes weights without moving version counters: sync_weights must force the repack."""
+def test_engine_uses_the_weights_after_a_fused_optimizer_step():
+    """Fused AdamW writes the weights without moving their version counters: packed copies made
+    before an update must never be used after it."""
     model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
     prompt = [tok("2 + 3 =")["input_ids"]]
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=10)
@@ -106,3 +84,20 @@ def test_engine_repacks_after_a_fused_optimizer_step_and_sync_weights():
     for a, b in zip(packed.generate(prompt, params)[0], plain.generate(prompt, params)[0]):
         assert a.token_ids == b.token_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-4, atol=1e-4)
+
+
+def test_engine_auto_packs_only_few_rows_and_long_generations():
+    model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
+    engine = HFEngine(model, tok, packed_weights="auto")
+    assert engine.uses_packed_weights(AUTO_MAX_ROWS, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS))
+    assert not engine.uses_packed_weights(
+        AUTO_MAX_ROWS, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS - 1)
+    )
+    assert not engine.uses_packed_weights(
+        AUTO_MAX_ROWS + 1, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS)
+    )
+    assert not HFEngine(model, tok, packed_weights="off").uses_packed_weights(
+        1, SamplingParams(max_new_tokens=512)
+    )
+    with pytest.raises(ValueError, match="packed_weights"):
+        HFEngine(model, tok, packed_weights="always")

@@ -81,8 +81,8 @@ class RolloutConfig(Section):
     max_batch_sequences: int = Field(64, ge=1, description="Sequences decoded at once (memory bound).")
     packed_weights: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="CPU fp32: decode through MKL-packed copies of the weights, repacked after each "
-        "update. auto: for at most 16 sequences and max_new_tokens >= 64, where it was measured to pay.",
+        description="CPU fp32: decode through MKL-packed copies of the weights, made for each generate "
+        "call. auto: for at most 16 sequences and max_new_tokens >= 64, where it was measured to pay.",
     )
 
 

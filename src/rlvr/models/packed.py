@@ -6,18 +6,16 @@ out each weight on every call; ``cblas_sgemm_pack`` does that once and ``cblas_s
 reads the packed copy directly. PyTorch exposes the pair as ``torch.ops.mkl._mkl_reorder_linear_weight``
 and ``torch.ops.mkl._mkl_linear``. ``benchmarks/packed_decode.py`` measures the effect side by side.
 
-The packed copies are rebuilt after :meth:`PackedLinears.invalidate` (the engine calls it from
-``sync_weights``, which the trainer calls after every update: torch's fused AdamW writes the weights
-without moving their version counters, so those cannot tell) or when a weight's storage or version
-changed, i.e. once per generation call during training. They are used only inside
-:meth:`PackedLinears.active`, so training and every other forward see plain ``nn.Linear`` modules.
+The packed copies are made on entering :func:`packed_linears` and dropped on leaving it: during
+training the weights change after every update, so each generation call needs fresh copies anyway,
+and training never holds them next to its activations and gradients. Outside the block every
+forward sees plain ``nn.Linear`` modules.
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
@@ -43,56 +41,22 @@ def packed_decode_available(model: torch.nn.Module) -> bool:
     return param is not None and param.device.type == "cpu" and param.dtype == torch.float32
 
 
-class PackedLinears:
-    """Packed copies of every ``nn.Linear`` weight in ``model``, swapped in during decoding."""
-
-    def __init__(self, model: torch.nn.Module, batch_hint: int = 16) -> None:
-        self.modules = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        self.batch_hint = batch_hint
-        self._packed: dict[int, torch.Tensor] = {}
-        self._packed_version: dict[int, tuple[int, int]] = {}
-
-    def invalidate(self) -> None:
-        """Mark every packed copy stale: the weights were updated."""
-        self._packed_version.clear()
-
-    def refresh(self) -> int:
-        """Repack the weights that changed since the last call; returns how many were packed.
-
-        MKL packs a matrix on one thread; the matrices are independent, so they are packed by as
-        many threads as torch uses (the op releases the GIL).
-        """
-        stale = []
-        for module in self.modules:
-            key = (module.weight.data_ptr(), module.weight._version)
-            if self._packed_version.get(id(module)) != key:
-                self._packed.pop(id(module), None)  # free the old copy before making the new one
-                stale.append((module, key))
-        if not stale:
-            return 0
-
-        def pack(item: tuple[torch.nn.Linear, tuple[int, int]]) -> None:
-            module, key = item
-            with torch.no_grad():
+@contextmanager
+def packed_linears(model: torch.nn.Module, batch_hint: int = 16) -> Iterator[None]:
+    """Within the block, every ``nn.Linear`` of ``model`` multiplies through a packed copy of its
+    weight (made on entry, from the weights as they are then); gradient mode falls back to the
+    plain product."""
+    modules = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        with torch.no_grad():
+            for module in modules:
                 weight = module.weight.detach().contiguous()
-                self._packed[id(module)] = torch.ops.mkl._mkl_reorder_linear_weight(weight, self.batch_hint)
-            self._packed_version[id(module)] = key
-
-        with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-            list(pool.map(pack, stale))
-        return len(stale)
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """Within the block, every linear of the model multiplies through its packed weight."""
-        self.refresh()
-        for module in self.modules:
-            module.forward = types.MethodType(_packed_forward(self._packed[id(module)]), module)
-        try:
-            yield
-        finally:
-            for module in self.modules:
-                del module.forward
+                packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, batch_hint)
+                module.forward = types.MethodType(_packed_forward(packed), module)
+        yield
+    finally:
+        for module in modules:
+            vars(module).pop("forward", None)
 
 
 def _packed_forward(packed: torch.Tensor):

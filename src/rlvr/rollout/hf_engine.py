@@ -3,17 +3,17 @@
 Each unique prompt is encoded once: the prompts are prefilled together (left-padded), then the KV
 cache is repeated ``n`` times for the group. Finished sequences are dropped from the batch as soon
 as they emit a stop token, so decoding cost follows the live sequences, not the longest one.
-On CPU in fp32 the linear layers multiply through MKL-packed weights (``rlvr.models.packed``).
+On CPU in fp32, small long generations multiply through MKL-packed weights (``rlvr.models.packed``).
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 
 import torch
 from transformers import DynamicCache
 
-from rlvr.models.packed import PackedLinears, packed_decode_available, packing_pays
+from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import reserve_decode_room
 
@@ -67,26 +67,17 @@ class HFEngine:
         if packed_weights not in ("auto", "on", "off"):
             raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
         self.packed_weights = packed_weights
-        self._packed: PackedLinears | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """The weights changed (same process, same tensors: nothing to copy); packed copies are stale."""
-        if model is not self.model:
-            self._packed = None
-        elif self._packed is not None:
-            self._packed.invalidate()
-        self.model = model
+        self.model = model  # same process, same tensors: nothing to copy
 
-    def _packing(self, rows: int, params: SamplingParams) -> AbstractContextManager:
-        """MKL-packed linears for this call (CPU fp32): when asked, or in "auto" where they pay."""
+    def uses_packed_weights(self, rows: int, params: SamplingParams) -> bool:
+        """Whether a call decoding ``rows`` sequences at once multiplies through MKL-packed weights:
+        CPU fp32 only; "on" always, "auto" where it was measured to pay."""
         wanted = self.packed_weights == "on" or (
             self.packed_weights == "auto" and packing_pays(rows, params.max_new_tokens)
         )
-        if not wanted or not packed_decode_available(self.model):
-            return nullcontext()
-        if self._packed is None:
-            self._packed = PackedLinears(self.model)
-        return self._packed.active()
+        return wanted and packed_decode_available(self.model)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         per_chunk = max(1, self.max_batch_sequences // params.n)
@@ -94,7 +85,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self._packing(min(len(prompts), per_chunk) * params.n, params):
+            rows = min(len(prompts), per_chunk) * params.n
+            with packed_linears(self.model) if self.uses_packed_weights(rows, params) else nullcontext():
                 for start in range(0, len(prompts), per_chunk):
                     chunk = prompts[start : start + per_chunk]
                     groups.extend(self._generate_chunk(chunk, start, params))

@@ -22,8 +22,9 @@ import torch
 
 # When packing pays (benchmarks/packed_decode.py, fp32, 2 cores, SmolLM2-135M, repack included):
 # 16 sequences × 128 tokens 10.79 -> 10.11 s; 32 × 64 7.05 -> 7.30 s (MKL's plain sgemm is already
-# as fast at 32 rows); 16 × 32 loses (the ~0.4 s repack outweighs 32 steps of ~8 ms). "auto" packs
-# only where it was measured to pay: few rows, long generations.
+# as fast at 32 rows); 16 × 32 loses (scratch timing, weights changed between calls: 2.30 -> 2.42 s;
+# the ~0.4 s repack outweighs 32 steps of ~8 ms). "auto" packs only where it was measured to pay:
+# few rows, long generations.
 AUTO_MIN_NEW_TOKENS = 64
 AUTO_MAX_ROWS = 16
 

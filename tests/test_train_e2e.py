@@ -32,6 +32,15 @@ def test_train_writes_a_complete_run_directory(tmp_path) -> None:
     samples = read_jsonl(run / "samples.jsonl")
     assert samples and {"prompt", "completion", "rewards", "advantage", "errors"} <= set(samples[0])
     assert (run / "config.yaml").exists()
+    # every held-out problem's greedy completion, per eval, with its group (operators/answer sign)
+    evals = read_jsonl(run / "eval_samples.jsonl")
+    assert [r["phase"] for r in evals] == ["before"] * 8 + ["after"] * 8
+    assert [r["step"] for r in evals[-8:]] == [3] * 8
+    assert {"id", "question", "reference", "completion", "score", "correct", "group"} <= set(evals[0])
+    after = next(r for r in metrics if r["phase"] == "after")
+    by_group = {k.removeprefix("eval/size/"): v for k, v in after.items() if k.startswith("eval/size/")}
+    assert by_group and sum(by_group.values()) == 8
+    assert {r["group"] for r in evals} == set(by_group)
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert checkpoints == ["step-000002", "step-000003"]
     assert (run / "checkpoints" / "step-000003" / "model" / "config.json").exists()
@@ -133,3 +142,36 @@ def test_fresh_run_refuses_to_overwrite(tmp_path) -> None:
         api.train(_cfg(tmp_path, "name=once", "train.steps=1"), quiet=True)
     with pytest.raises(RlvrError, match="no run to resume"):
         api.train(_cfg(tmp_path, "name=never", "train.steps=1"), resume=True, quiet=True)
+
+
+def test_time_budget_stops_training_and_keeps_the_final_eval(tmp_path) -> None:
+    api.train(_cfg(tmp_path, "name=budget", "train.steps=5", "train.time_budget_s=0.001"), quiet=True)
+    rows = read_jsonl(tmp_path / "budget" / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["phase"] == "train"] == [1]
+    assert [r["phase"] for r in rows if r["phase"] != "train"] == ["before", "after"]
+    assert (tmp_path / "budget" / "checkpoints" / "step-000001").is_dir()
+
+
+def test_time_budget_reserves_one_step_the_final_eval_and_the_save(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from rlvr.train import trainer as trainer_module
+
+    stub = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(time_budget_s=100.0)),
+        eval_examples=[object()],
+        started=1000.0,
+        eval_s=20.0,
+        save_s=0.0,
+    )
+    monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: 1060.0)  # 60 s spent, 40 s left
+    over = trainer_module.Trainer.over_budget
+    # 5 s step + 20 s eval + the unmeasured first save (FIRST_SAVE_S = 10) = 35 s: fits
+    assert not over(stub, 5.0)
+    assert over(stub, 10.5)  # 40.5 s does not
+    stub.save_s = 2.0  # a measured save replaces the first-save estimate
+    assert not over(stub, 18.0)
+    stub.eval_examples = []  # no held-out set: no final eval to wait for
+    assert not over(stub, 37.0)
+    stub.cfg.train.time_budget_s = None
+    assert not over(stub, 1e9)

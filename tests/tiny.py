@@ -14,4 +14,5 @@ TINY_RUN = [
     "rewards.workers=1",
     "algo.micro_batch_size=4",
     "train.time_limit_s=null",
+    "train.time_budget_s=null",
 ]

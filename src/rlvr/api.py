@@ -74,4 +74,5 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
             cfg.eval.temperature,
             chunk=cfg.rollout.max_batch_sequences,
             on_progress=lambda n: progress.advance(task, n),
+            group_by=cfg.eval.group_by,
         )

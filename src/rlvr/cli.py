@@ -62,7 +62,20 @@ def train(
                 f"held-out {label:6s}: accuracy {metrics['eval/accuracy']:.1%}  "
                 f"answer tags {metrics['eval/answer_tag_rate']:.1%}  (n={int(metrics['eval/size'])})"
             )
+            by_group = _group_line(metrics)
+            if by_group:
+                console.print(f"  by group: {by_group}")
     console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
+
+
+def _group_line(metrics: dict[str, float], most: int = 12) -> str:
+    """``group accuracy (n)`` for each ``eval/accuracy/<group>``; empty for one group or too many."""
+    groups = [k.removeprefix("eval/accuracy/") for k in metrics if k.startswith("eval/accuracy/")]
+    if not 1 < len(groups) <= most:
+        return ""
+    return " · ".join(
+        f"{g} {metrics[f'eval/accuracy/{g}']:.0%} ({int(metrics[f'eval/size/{g}'])})" for g in groups
+    )
 
 
 @app.command("eval")

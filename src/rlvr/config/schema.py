@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -247,6 +247,23 @@ class EvalConfig(Section):
         default_factory=lambda: [1], description="k values of pass@k (need k <= samples)."
     )
     temperature: float = Field(1.0, ge=0.0, description="Temperature for the sampled eval.")
+    group_by: list[str] = Field(
+        default_factory=lambda: ["operators", "answer_sign"],
+        description="Also report greedy accuracy per group: registered groupings (operators, "
+        "answer_sign, data_source) or metadata.<path>; [] for none.",
+    )
+
+    @field_validator("group_by")
+    @classmethod
+    def _known_groupings(cls, names: list[str]) -> list[str]:
+        from rlvr.errors import RlvrError
+        from rlvr.eval.groups import check_groupings
+
+        try:
+            check_groupings(names)
+        except RlvrError as exc:
+            raise ValueError(str(exc).removeprefix("eval.group_by: ")) from None
+        return names
 
 
 class TrainConfig(Section):
@@ -255,6 +272,12 @@ class TrainConfig(Section):
         450.0,
         gt=0,
         description="Stop training after this many seconds (keeps the default job under 10 min); null: none.",
+    )
+    time_budget_s: float | None = Field(
+        570.0,
+        gt=0,
+        description="Whole-run wall-clock budget (model loading and evals included): training stops "
+        "early enough for the final eval and checkpoint to fit; null: none.",
     )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")

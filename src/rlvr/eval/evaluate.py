@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rlvr.data.example import Example
+from rlvr.eval.groups import group_of, grouped_accuracy
 from rlvr.eval.metrics import aggregate_pass_at_k, mean_at_k
 from rlvr.rewards.extract import extract_answer
 from rlvr.rollout import Completion, RolloutEngine, SamplingParams
@@ -38,12 +39,18 @@ def evaluate(
     temperature: float = 1.0,
     chunk: int = 64,
     on_progress: Callable[[int], None] | None = None,
+    group_by: Sequence[str] = (),
+    records: list[dict] | None = None,
 ) -> dict[str, float]:
     """Metrics on held-out ``examples`` (``prompts`` are their encoded prompts).
 
     ``score(completions, examples)`` returns one :class:`RewardResult` per completion. A reward
     error counts as incorrect and is reported in ``eval/reward_errors``, never hidden.
+    ``group_by`` adds accuracy per group (:mod:`rlvr.eval.groups`). When ``records`` is a list,
+    one dict per problem (question, reference, greedy completion, score, group, errors) is
+    appended to it.
     """
+    group_keys = [group_of(e, group_by) for e in examples] if group_by else []
     greedy = _generate(
         engine,
         prompts,
@@ -54,8 +61,9 @@ def evaluate(
     completions = [group[0] for group in greedy]
     results = score(completions, examples)
     scores = [r.total if r.total is not None else 0.0 for r in results]
+    greedy_correct = [s >= CORRECT_AT for s in scores]
     metrics = {
-        "eval/accuracy": sum(s >= CORRECT_AT for s in scores) / max(len(scores), 1),
+        "eval/accuracy": sum(greedy_correct) / max(len(scores), 1),
         "eval/mean_score": sum(scores) / max(len(scores), 1),
         "eval/answer_tag_rate": sum(extract_answer(c.text, "answer_tag") is not None for c in completions)
         / max(len(completions), 1),
@@ -65,6 +73,22 @@ def evaluate(
         "eval/reward_errors": float(sum(bool(r.errors) for r in results)),
         "eval/size": float(len(examples)),
     }
+    if group_by:
+        metrics.update(grouped_accuracy(group_keys, greedy_correct))
+    if records is not None:
+        for i, (example, completion, result) in enumerate(zip(examples, completions, results, strict=True)):
+            records.append(
+                {
+                    "id": example.id,
+                    "question": example.question,
+                    "reference": example.reference,
+                    "completion": completion.text,
+                    "score": result.total,
+                    "correct": greedy_correct[i],
+                    **({"group": group_keys[i]} if group_by else {}),
+                    **({"errors": result.errors} if result.errors else {}),
+                }
+            )
     if samples:
         params = SamplingParams(n=samples, temperature=temperature, max_new_tokens=max_new_tokens)
         groups = _generate(engine, prompts, params, max(1, chunk // samples), None)

@@ -40,11 +40,16 @@ from rlvr.train.optim import build_optimizer, build_scheduler
 from rlvr.train.run_dir import prepare_run_dir
 from rlvr.train.update import batch_logprobs, policy_update
 
+# what the first checkpoint of a run is expected to take before one has been timed: SmolLM2-135M in
+# fp32 with its AdamW state is 1.6 GB, written in 7.3-7.6 s on the 2-core machine (2026-11-21)
+FIRST_SAVE_S = 10.0
+
 
 class Trainer:
     def __init__(
         self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False
     ):
+        self.started = time.perf_counter()  # train.time_budget_s counts from here
         self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
         check_algorithm(cfg)  # config errors that need the registries, before any model is loaded
         self.run_dir = prepare_run_dir(cfg, resume)
@@ -85,10 +90,12 @@ class Trainer:
         self.coefs = Coefficients.from_config(cfg.algo)  # adaptive KL / entropy coefficients
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
         self.step, self.elapsed = 0, 0.0
+        self.eval_s = self.save_s = 0.0  # last eval's and checkpoint's wall time (time budget)
         if start:
             self._restore(start)
         self.metrics_log = JsonlWriter(self.run_dir / "metrics.jsonl")
         self.samples_log = JsonlWriter(self.run_dir / "samples.jsonl")
+        self.eval_log = JsonlWriter(self.run_dir / "eval_samples.jsonl")
 
     # ----------------------------------------------------------------------------- state
     def _generators(self) -> dict[str, torch.Generator]:
@@ -104,7 +111,7 @@ class Trainer:
         self.coefs = Coefficients(**state.get("coefficients", self.coefs.state()))
         self.step, self.elapsed = state["step"], state.get("elapsed", 0.0)
         self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        for name in ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl"):
             truncate_after_step(self.run_dir / name, self.step)
         self.console.print(f"resumed from {path} at step {self.step}")
 
@@ -117,7 +124,8 @@ class Trainer:
         if self.critic is not None:
             trainer_state["critic"] = self.critic.state_dict()
         state = {"sampler": self.sampler.state(), "elapsed": self.elapsed, "coefficients": self.coefs.state()}
-        return ckpt.save_checkpoint(
+        began = time.perf_counter()
+        path = ckpt.save_checkpoint(
             self.run_dir / "checkpoints",
             self.step,
             self.model,
@@ -126,6 +134,8 @@ class Trainer:
             state,
             self.cfg.train.keep_checkpoints,
         )
+        self.save_s = time.perf_counter() - began
+        return path
 
     # ----------------------------------------------------------------------------- one step
     def _sample_groups(self, count: int) -> list[Scored]:
@@ -306,6 +316,8 @@ class Trainer:
         if not self.eval_examples:
             return {}
         max_new = self.cfg.eval.max_new_tokens or self.cfg.rollout.max_new_tokens
+        records: list[dict] = []
+        began = time.perf_counter()
         with eval_progress(self.console, disable=self.quiet) as progress:
             task = progress.add_task(f"eval ({label})", total=len(self.eval_examples))
             metrics = evaluate(
@@ -319,9 +331,27 @@ class Trainer:
                 self.cfg.eval.temperature,
                 chunk=self.cfg.rollout.max_batch_sequences,
                 on_progress=lambda n: progress.advance(task, n),
+                group_by=self.cfg.eval.group_by,
+                records=records,
             )
+        self.eval_s = time.perf_counter() - began
+        for record in records:
+            self.eval_log.write({"step": self.step, "phase": label, **record})
         self.metrics_log.write({"step": self.step, "phase": label, **metrics})
         return metrics
+
+    def over_budget(self, step_s: float) -> bool:
+        """Would one more step leave too little of ``train.time_budget_s`` for the final eval and save?
+
+        The final eval is expected to take as long as the last one (the eval before training), and
+        the checkpoint as long as the last save (:data:`FIRST_SAVE_S` before any).
+        """
+        budget = self.cfg.train.time_budget_s
+        if not budget:
+            return False
+        final_eval_s = self.eval_s if self.eval_examples else 0.0
+        reserve = step_s + final_eval_s + (self.save_s or FIRST_SAVE_S)
+        return time.perf_counter() - self.started + reserve > budget
 
     def fit(self) -> dict[str, dict[str, float]]:
         cfg = self.cfg
@@ -352,6 +382,12 @@ class Trainer:
                 if deadline and time.perf_counter() > deadline:
                     self.console.print(f"time limit reached after step {self.step}")
                     break
+                if self.over_budget(metrics.get("time/step_s", 0.0)):
+                    self.console.print(
+                        f"time budget: stopping after step {self.step} so that the final eval and "
+                        f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
+                    )
+                    break
         self.save()
         results["after"] = self.run_eval("after")
         return results
@@ -361,3 +397,4 @@ class Trainer:
         self.eval_pool.close()
         self.metrics_log.close()
         self.samples_log.close()
+        self.eval_log.close()

@@ -99,3 +99,18 @@ def test_config_show_prints_resolved_yaml() -> None:
 def test_tasks_lists_reasoning_gym() -> None:
     result = run("tasks")
     assert result.returncode == 0 and "chain_sum" in result.stdout and "jsonl" in result.stdout
+
+
+def test_group_line_lists_groups_only_when_there_are_several() -> None:
+    from rlvr.cli import _group_line
+
+    metrics = {
+        "eval/accuracy": 0.5,
+        "eval/accuracy/+/positive": 0.75,
+        "eval/size/+/positive": 4.0,
+        "eval/accuracy/-/negative": 0.0,
+        "eval/size/-/negative": 2.0,
+    }
+    assert _group_line(metrics) == "+/positive 75% (4) · -/negative 0% (2)"
+    assert _group_line({"eval/accuracy/all": 1.0, "eval/size/all": 3.0}) == ""  # one group says nothing new
+    assert _group_line(metrics, most=1) == ""  # too many to print on one line

@@ -175,3 +175,10 @@ def test_time_budget_reserves_one_step_the_final_eval_and_the_save(monkeypatch) 
     assert not over(stub, 37.0)
     stub.cfg.train.time_budget_s = None
     assert not over(stub, 1e9)
+
+
+def test_bad_group_by_path_fails_before_any_training(tmp_path) -> None:
+    cfg = _cfg(tmp_path, "name=groups", "eval.before=false", "eval.group_by=[metadata.rg_entry.nope]")
+    with pytest.raises(RlvrError, match="has no metadata.rg_entry.nope"):
+        api.train(cfg, quiet=True)
+    assert not (tmp_path / "groups" / "metrics.jsonl").exists()

@@ -18,6 +18,7 @@ from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
 from rlvr.data.sampler import PromptSampler
 from rlvr.eval.evaluate import evaluate
+from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.chat import encode_prompt
@@ -59,6 +60,8 @@ class Trainer:
 
         self.train_examples, self.eval_examples = build_datasets(cfg.data)
         check_reward_examples(cfg.rewards, self.train_examples)
+        for example in self.eval_examples:  # a bad eval.group_by path fails now, not after training
+            group_of(example, cfg.eval.group_by)
         self.tokenizer = load_tokenizer(cfg.model.name)
         start = ckpt.latest_checkpoint(self.run_dir / "checkpoints") if resume else None
         model_path = str(start / "model") if start else cfg.model.name

@@ -346,8 +346,10 @@ class Trainer:
     def over_budget(self, step_s: float) -> bool:
         """Would one more step leave too little of ``train.time_budget_s`` for the final eval and save?
 
-        The final eval is expected to take as long as the last one (the eval before training), and
-        the checkpoint as long as the last save (:data:`FIRST_SAVE_S` before any).
+        The final eval is expected to take as long as the last one (the eval before training, or a
+        periodic one), and the checkpoint as long as the last save (:data:`FIRST_SAVE_S` before
+        any). With ``eval.before=false`` and no periodic eval, nothing tells how long the final eval
+        will take, and it is not reserved for.
         """
         budget = self.cfg.train.time_budget_s
         if not budget:

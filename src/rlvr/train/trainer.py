@@ -26,6 +26,7 @@ from rlvr.rewards.scoring import check_reward_examples, eval_pool, score_complet
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.batch import TrainBatch, build_batch
+from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.critic import build_critic, value_metrics
 from rlvr.train.estimate import (
@@ -40,10 +41,6 @@ from rlvr.train.groups import Scored, reward_metrics, sample_records
 from rlvr.train.optim import build_optimizer, build_scheduler
 from rlvr.train.run_dir import prepare_run_dir
 from rlvr.train.update import batch_logprobs, policy_update
-
-# what the first checkpoint of a run is expected to take before one has been timed: SmolLM2-135M in
-# fp32 with its AdamW state is 1.6 GB, written in 7.3-7.6 s on the 2-core machine (2026-11-21)
-FIRST_SAVE_S = 10.0
 
 
 class Trainer:
@@ -343,21 +340,6 @@ class Trainer:
         self.metrics_log.write({"step": self.step, "phase": label, **metrics})
         return metrics
 
-    def over_budget(self, step_s: float) -> bool:
-        """Would one more step leave too little of ``train.time_budget_s`` for the final eval and save?
-
-        The final eval is expected to take as long as the last one (the eval before training, or a
-        periodic one), and the checkpoint as long as the last save (:data:`FIRST_SAVE_S` before
-        any). With ``eval.before=false`` and no periodic eval, nothing tells how long the final eval
-        will take, and it is not reserved for.
-        """
-        budget = self.cfg.train.time_budget_s
-        if not budget:
-            return False
-        final_eval_s = self.eval_s if self.eval_examples else 0.0
-        reserve = step_s + final_eval_s + (self.save_s or FIRST_SAVE_S)
-        return time.perf_counter() - self.started + reserve > budget
-
     def fit(self) -> dict[str, dict[str, float]]:
         cfg = self.cfg
         results: dict[str, dict[str, float]] = {}
@@ -387,7 +369,13 @@ class Trainer:
                 if deadline and time.perf_counter() > deadline:
                     self.console.print(f"time limit reached after step {self.step}")
                     break
-                if self.over_budget(metrics.get("time/step_s", 0.0)):
+                if cfg.train.time_budget_s and over_budget(
+                    time.perf_counter() - self.started,
+                    cfg.train.time_budget_s,
+                    metrics.get("time/step_s", 0.0),
+                    self.eval_s,
+                    self.save_s,
+                ):
                     self.console.print(
                         f"time budget: stopping after step {self.step} so that the final eval and "
                         f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"

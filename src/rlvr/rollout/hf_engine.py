@@ -3,7 +3,9 @@
 Each unique prompt is encoded once: the prompts are prefilled together (left-padded), then the KV
 cache is repeated ``n`` times for the group. Finished sequences are dropped from the batch as soon
 as they emit a stop token, so decoding cost follows the live sequences, not the longest one.
-On CPU in fp32, small long generations multiply through MKL-packed weights (``rlvr.models.packed``).
+On CPU in fp32, small long generations multiply through MKL-packed weights: Llama models through
+a fused decode step (``rlvr.models.fused_decode``), other models through packed ``nn.Linear``
+copies (``rlvr.models.packed``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from contextlib import nullcontext
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused_decode_supported
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import reserve_decode_room
@@ -56,7 +59,11 @@ class HFEngine:
         max_batch_sequences: int = 64,
         seed: int = 0,
         packed_weights: str = "auto",
+        *,
+        fuse_layers: bool = True,
     ) -> None:
+        """``fuse_layers=False`` keeps Llama models on the per-``nn.Linear`` packed path too (for
+        benchmarks and tests that compare the two)."""
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = sorted(set(stop_token_ids or _default_stop_ids(model, tokenizer)))
@@ -67,17 +74,23 @@ class HFEngine:
         if packed_weights not in ("auto", "on", "off"):
             raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
         self.packed_weights = packed_weights
+        self.fuse_layers = fuse_layers
+        self._decoder: FusedLlamaDecoder | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
 
-    def uses_packed_weights(self, rows: int, params: SamplingParams) -> bool:
-        """Whether a call decoding ``rows`` sequences at once multiplies through MKL-packed weights:
-        CPU fp32 only; "on" always, "auto" where it was measured to pay."""
-        wanted = self.packed_weights == "on" or (
-            self.packed_weights == "auto" and packing_pays(rows, params.max_new_tokens)
-        )
-        return wanted and packed_decode_available(self.model)
+    def decode_path(self, rows: int, params: SamplingParams) -> str:
+        """How a call decoding ``rows`` sequences at once runs its decode steps: ``"fused"`` (the
+        fused, packed Llama step), ``"packed"`` (transformers' forward through packed ``nn.Linear``
+        copies) or ``"plain"``. Packing needs CPU fp32 with MKL; "on" packs whenever it can, "auto"
+        where it was measured to pay (``fused_decode_pays``, ``packing_pays``)."""
+        if self.packed_weights == "off" or not packed_decode_available(self.model):
+            return "plain"
+        tokens = params.max_new_tokens
+        if self.fuse_layers and fused_decode_supported(self.model):
+            return "fused" if self.packed_weights == "on" or fused_decode_pays(rows, tokens) else "plain"
+        return "packed" if self.packed_weights == "on" or packing_pays(rows, tokens) else "plain"
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         per_chunk = max(1, self.max_batch_sequences // params.n)
@@ -86,11 +99,15 @@ class HFEngine:
         self.model.eval()
         try:
             rows = min(len(prompts), per_chunk) * params.n
-            with packed_linears(self.model) if self.uses_packed_weights(rows, params) else nullcontext():
+            path = self.decode_path(rows, params)
+            if path == "fused":
+                self._decoder = FusedLlamaDecoder(self.model, rows_hint=rows)
+            with packed_linears(self.model) if path == "packed" else nullcontext():
                 for start in range(0, len(prompts), per_chunk):
                     chunk = prompts[start : start + per_chunk]
                     groups.extend(self._generate_chunk(chunk, start, params))
         finally:
+            self._decoder = None  # its weight copies are stale after the next update
             self.model.train(was_training)
         return groups
 
@@ -154,14 +171,17 @@ class HFEngine:
                 cache.batch_select_indices(keep)
                 alive, token, mask, next_pos = alive[keep.cpu()], token[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits, cache = out.logits[:, -1], out.past_key_values
+            if self._decoder is not None:
+                logits = self._decoder.step(token, next_pos, cache, mask)
+            else:
+                out = self.model(
+                    input_ids=token[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos[:, None],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                logits, cache = out.logits[:, -1], out.past_key_values
             next_pos = next_pos + 1
 
         groups = []

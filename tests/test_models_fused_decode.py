@@ -1,0 +1,116 @@
+"""The fused Llama decode step computes what transformers' forward computes, on the engine's KV cache."""
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from rlvr.models import load_model
+from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_supported
+from rlvr.models.packed import packed_decode_available
+from rlvr.rollout.kv_cache import reserve_decode_room
+
+pytestmark = pytest.mark.skipif(
+    not packed_decode_available(torch.nn.Linear(2, 2)), reason="torch built without MKL"
+)
+
+
+def _small_llama(**overrides) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = dict(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=1,  # one kv head for six query heads: the grouping must be right
+        tie_word_embeddings=False,
+        rope_theta=100.0,
+    )
+    config.update(overrides)
+    return LlamaForCausalLM(LlamaConfig(**config)).eval()
+
+
+def _prefill(model, prompts: list[list[int]], n: int, extra: int):
+    """Left-padded prefill, cache repeated n times per prompt, as the HF engine does it."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=DynamicCache()
+        )
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(n)
+    reserve_decode_room(cache, extra)
+    return cache, mask.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n, dim=0) + 1
+
+
+@pytest.mark.parametrize("model_name", ["tiny-random", "small-untied-mqa"])
+def test_fused_step_equals_transformers_forward(model_name):
+    model = load_model("tiny-random").eval() if model_name == "tiny-random" else _small_llama()
+    prompts = [[5, 9, 11, 3, 7, 2], [4, 8], [13, 1, 6]]  # different lengths: left padding
+    n, steps = 2, 6
+    ours, ours_mask, ours_pos = _prefill(model, prompts, n, steps)
+    theirs, theirs_mask, theirs_pos = _prefill(model, prompts, n, steps)
+    decoder = FusedLlamaDecoder(model, rows_hint=len(prompts) * n)
+    tokens = torch.arange(len(prompts) * n) % 17 + 1
+    for step in range(steps):
+        if step == 3:  # sequences finish: both caches drop the same rows
+            keep = torch.tensor([0, 2, 3, 5])
+            ours.batch_select_indices(keep)
+            theirs.batch_select_indices(keep)
+            tokens, ours_mask, ours_pos = tokens[keep], ours_mask[keep], ours_pos[keep]
+            theirs_mask, theirs_pos = theirs_mask[keep], theirs_pos[keep]
+        ours_mask = torch.cat([ours_mask, ours_mask.new_ones((len(tokens), 1))], dim=1)
+        theirs_mask = torch.cat([theirs_mask, theirs_mask.new_ones((len(tokens), 1))], dim=1)
+        got = decoder.step(tokens, ours_pos, ours, ours_mask)
+        with torch.inference_mode():
+            expected = model(
+                input_ids=tokens[:, None],
+                attention_mask=theirs_mask,
+                position_ids=theirs_pos[:, None],
+                past_key_values=theirs,
+            ).logits[:, -1]
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        assert not torch.equal(got[0], got[-1])  # rows differ: the comparison is not vacuous
+        tokens = expected.argmax(-1)
+        ours_pos, theirs_pos = ours_pos + 1, theirs_pos + 1
+
+
+def test_decoder_uses_the_weights_it_was_built_from():
+    model = _small_llama()
+    decoder = FusedLlamaDecoder(model, rows_hint=2)
+    cache, mask, pos = _prefill(model, [[1, 2, 3]], 2, 2)
+    mask = torch.cat([mask, mask.new_ones((2, 1))], dim=1)
+    before = decoder.step(torch.tensor([4, 5]), pos, cache, mask)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(3.0)
+    rebuilt = FusedLlamaDecoder(model, rows_hint=2)
+    cache, _, _ = _prefill(model, [[1, 2, 3]], 2, 2)
+    after = rebuilt.step(torch.tensor([4, 5]), pos, cache, mask)
+    assert not torch.allclose(before, after, atol=1e-3)
+
+
+def test_supported_only_where_the_step_is_exact():
+    assert fused_decode_supported(_small_llama())
+    assert not fused_decode_supported(_small_llama(attention_bias=True))
+    assert not fused_decode_supported(_small_llama(mlp_bias=True))
+    assert not fused_decode_supported(_small_llama(hidden_act="gelu"))
+    assert not fused_decode_supported(_small_llama().to(torch.bfloat16))
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=80,
+            num_hidden_layers=1,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+        )
+    )
+    assert not fused_decode_supported(qwen)  # q/k/v biases: not the Llama step
+    with pytest.raises(ValueError, match="Llama"):
+        FusedLlamaDecoder(qwen)

@@ -163,12 +163,12 @@ def markdown(rows: list[dict], info: dict, gflops: list[float], command: str, im
     return "\n".join(lines)
 
 
-def write_doc(path: Path, block: str) -> None:
-    """Replace the marked block of ``path`` (or append it, or create the file)."""
+def write_doc(path: Path, block: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the block of ``path`` between ``begin`` and ``end`` (or append it, or create the file)."""
     text = path.read_text() if path.exists() else "# Performance\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,9 @@ def markdown(rows: list[dict], gflops: float, bandwidth: float, command: str, so
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--from", dest="source", type=Path, required=True, help="step_vs_trl.py --json output")
+    parser.add_argument(
+        "--from", dest="source", type=Path, required=True, help="a step_vs_trl.py --json output file"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
     args = parser.parse_args()
@@ -126,9 +128,10 @@ def main() -> None:
         entry["bound"] = bound(row, shape, gflops * 1e9, bandwidth * 1e9)
         table.append(entry)
         b = entry["bound"]
+        parts = f"train {b['train']:.2f}, prefill {b['prefill']:.2f}, decode {b['decode']:.2f}"
         print(
-            f"{row['config']}: bound {b['total']:.2f} s (train {b['train']:.2f}, prefill {b['prefill']:.2f}, "
-            f"decode {b['decode']:.2f}); rlvr {entry['rlvr_s']:.2f} s; 4x TRL needs <= {entry['trl_s'] / 4:.2f} s"
+            f"{row['config']}: bound {b['total']:.2f} s ({parts}); rlvr {entry['rlvr_s']:.2f} s; "
+            f"4x TRL needs <= {entry['trl_s'] / 4:.2f} s"
         )
     command = "python benchmarks/roofline.py " + shlex.join(sys.argv[1:])
     write_doc(args.out, markdown(table, gflops, bandwidth, command, args.source.name), BEGIN, END)

@@ -168,3 +168,42 @@ def test_bad_group_by_path_fails_before_any_training(tmp_path) -> None:
     with pytest.raises(RlvrError, match="has no metadata.rg_entry.nope"):
         api.train(cfg, quiet=True)
     assert not (tmp_path / "groups" / "metrics.jsonl").exists()
+
+
+def test_final_checkpoint_model_only_is_loadable_and_resume_says_why_it_cannot(tmp_path) -> None:
+    cfg = _cfg(tmp_path, "name=lean", "train.steps=2", "train.final_checkpoint=model")
+    api.train(cfg, quiet=True)
+    final = tmp_path / "lean" / "checkpoints" / "step-000002"
+    assert (final / "model" / "config.json").exists()
+    assert not (final / "trainer_state.pt").exists()  # no optimizer, scheduler or RNG state
+    assert json.loads((final / "state.json").read_text())["resumable"] is False
+    from rlvr.models import load_model
+
+    load_model(str(final / "model"))
+    longer = _cfg(tmp_path, "name=lean", "train.steps=3", "train.final_checkpoint=model")
+    with pytest.raises(RlvrError, match="no resumable checkpoint.*model only"):
+        api.train(longer, resume=True, quiet=True)
+
+
+def test_resume_skips_a_model_only_final_checkpoint(tmp_path) -> None:
+    extra = ["train.save_every=2", "train.final_checkpoint=model", "train.keep_checkpoints=3"]
+    api.train(_cfg(tmp_path, "name=mixed", "train.steps=3", *extra), quiet=True)
+    checkpoints = tmp_path / "mixed" / "checkpoints"
+    assert (checkpoints / "step-000002" / "trainer_state.pt").exists()  # periodic saves stay full
+    assert not (checkpoints / "step-000003" / "trainer_state.pt").exists()
+    api.train(_cfg(tmp_path, "name=mixed", "train.steps=4", *extra), resume=True, quiet=True)
+    steps = [r["step"] for r in read_jsonl(tmp_path / "mixed" / "metrics.jsonl") if r["phase"] == "train"]
+    assert steps == [1, 2, 3, 4]  # resumed from step 2: step 3 ran again, once
+
+
+def test_final_save_is_skipped_when_save_every_just_saved(tmp_path) -> None:
+    extra = ["train.save_every=2", "train.final_checkpoint=model"]
+    api.train(_cfg(tmp_path, "name=same", "train.steps=2", *extra), quiet=True)
+    # the full periodic checkpoint of the last step is kept, not replaced by a model-only one
+    assert (tmp_path / "same" / "checkpoints" / "step-000002" / "trainer_state.pt").exists()
+
+
+def test_final_checkpoint_none_writes_no_checkpoint(tmp_path) -> None:
+    api.train(_cfg(tmp_path, "name=bare", "train.steps=1", "train.final_checkpoint=none"), quiet=True)
+    assert not (tmp_path / "bare" / "checkpoints").exists()
+    assert (tmp_path / "bare" / "metrics.jsonl").exists()

@@ -282,6 +282,13 @@ class TrainConfig(Section):
     )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
+    final_checkpoint: Literal["full", "model", "none"] = Field(
+        "full",
+        description="What the end of training saves. full: model, tokenizer and the optimizer, "
+        "scheduler and RNG state (resumable; about three times the model's size with AdamW). model: "
+        "model and tokenizer only (for rlvr eval --model and from_pretrained; not resumable). none: "
+        "nothing (periodic checkpoints from save_every are always full).",
+    )
     log_samples: int = Field(8, ge=-1, description="Completions per step written to samples.jsonl (-1: all).")
 
 

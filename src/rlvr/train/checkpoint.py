@@ -4,6 +4,8 @@ A checkpoint is ``checkpoints/step-000010/`` with the HF model and tokenizer (lo
 ``from_pretrained`` and by ``rlvr eval --model``), ``trainer_state.pt`` (optimizer, scheduler,
 every RNG) and ``state.json`` (step, data position). It is built in a temporary sibling directory
 and renamed into place, so a crash never leaves a half-written checkpoint that resume would pick.
+A model-only checkpoint (``train.final_checkpoint=model``) has no ``trainer_state.pt``; resume
+skips it.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ def save_checkpoint(
     step: int,
     model: torch.nn.Module,
     tokenizer,
-    trainer_state: dict[str, Any],
+    trainer_state: dict[str, Any] | None,
     state: dict[str, Any],
     keep: int,
 ) -> Path:
+    """Write ``root/step-NNNNNN`` atomically; ``trainer_state=None`` writes the model and tokenizer
+    only (not resumable). Keeps the ``keep`` newest checkpoints."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{PREFIX}{step:06d}"
@@ -54,8 +58,10 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
-    torch.save(trainer_state, tmp / "trainer_state.pt")
-    (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=2))
+    if trainer_state is not None:
+        torch.save(trainer_state, tmp / "trainer_state.pt")
+    meta = {**state, "step": step, "resumable": trainer_state is not None}
+    (tmp / "state.json").write_text(json.dumps(meta, indent=2))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -74,7 +80,8 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 
 def latest_checkpoint(root: Path) -> Path | None:
-    found = list_checkpoints(root)
+    """The newest checkpoint a run can resume from (model-only checkpoints are skipped)."""
+    found = [p for p in list_checkpoints(root) if (p / "trainer_state.pt").exists()]
     return found[-1] if found else None
 
 

@@ -17,6 +17,7 @@ from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups, token_weights
 from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
 from rlvr.data.sampler import PromptSampler
+from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
@@ -61,6 +62,14 @@ class Trainer:
             group_of(example, cfg.eval.group_by)
         self.tokenizer = load_tokenizer(cfg.model.name)
         start = ckpt.latest_checkpoint(self.run_dir / "checkpoints") if resume else None
+        if resume and start is None:
+            model_only = ckpt.list_checkpoints(self.run_dir / "checkpoints")
+            if model_only:
+                raise RlvrError(
+                    f"--resume: {self.run_dir} has no resumable checkpoint: {model_only[-1].name} holds the "
+                    "model only (train.final_checkpoint=model); start a new run from it with "
+                    f"model.name={model_only[-1] / 'model'}"
+                )
         model_path = str(start / "model") if start else cfg.model.name
         self.model = load_model(model_path, cfg.model.dtype, cfg.model.device)
         self.ref_model = None
@@ -91,6 +100,7 @@ class Trainer:
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
         self.step, self.elapsed = 0, 0.0
         self.eval_s = self.save_s = 0.0  # last eval's and checkpoint's wall time (time budget)
+        self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
         if start:
             self._restore(start)
         self.metrics_log = JsonlWriter(self.run_dir / "metrics.jsonl")
@@ -115,14 +125,17 @@ class Trainer:
             truncate_after_step(self.run_dir / name, self.step)
         self.console.print(f"resumed from {path} at step {self.step}")
 
-    def save(self) -> Path:
-        trainer_state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": ckpt.rng_state(self._generators()),
-        }
-        if self.critic is not None:
-            trainer_state["critic"] = self.critic.state_dict()
+    def save(self, model_only: bool = False) -> Path:
+        """Checkpoint the run; ``model_only`` leaves out the optimizer, scheduler and RNG state."""
+        trainer_state = None
+        if not model_only:
+            trainer_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": ckpt.rng_state(self._generators()),
+            }
+            if self.critic is not None:
+                trainer_state["critic"] = self.critic.state_dict()
         state = {"sampler": self.sampler.state(), "elapsed": self.elapsed, "coefficients": self.coefs.state()}
         began = time.perf_counter()
         path = ckpt.save_checkpoint(
@@ -135,6 +148,7 @@ class Trainer:
             self.cfg.train.keep_checkpoints,
         )
         self.save_s = time.perf_counter() - began
+        self.saved_step = self.step
         return path
 
     # ----------------------------------------------------------------------------- one step
@@ -381,7 +395,8 @@ class Trainer:
                         f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
                     )
                     break
-        self.save()
+        if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
+            self.save(model_only=cfg.train.final_checkpoint == "model")
         results["after"] = self.run_eval("after")
         return results
 

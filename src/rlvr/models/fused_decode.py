@@ -5,8 +5,9 @@ time is set by how fast the weights stream from memory, plus a fixed cost per op
 transformers' forward each layer runs seven GEMMs (q, k, v, o, gate, up, down) and a few dozen
 small framework calls. :class:`FusedLlamaDecoder` runs the same arithmetic as four GEMMs per layer
 (q|k|v and gate|up concatenated), each through a copy of the weight in MKL's packed GEMM layout
-(``cblas_sgemm_pack``; see ``rlvr.models.packed``), and calls the model's own norm, rotary and
-embedding modules directly. ``benchmarks/packed_decode.py`` measures it against both other paths.
+(``cblas_sgemm_pack``; see ``rlvr.models.packed``), with the model's own embedding and rotary
+modules and its norms' weights as single ``rms_norm`` ops. ``benchmarks/packed_decode.py``
+measures it against both other paths.
 
 The prefill still goes through transformers (it is a large GEMM, where the framework's cost is
 negligible); the decoder then reads and writes the same preallocated KV cache

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.errors import RlvrError
+
 PREFIX = "step-"
 
 
@@ -83,6 +85,20 @@ def latest_checkpoint(root: Path) -> Path | None:
     """The newest checkpoint a run can resume from (model-only checkpoints are skipped)."""
     found = [p for p in list_checkpoints(root) if (p / "trainer_state.pt").exists()]
     return found[-1] if found else None
+
+
+def resume_point(root: Path) -> Path | None:
+    """The checkpoint ``--resume`` continues from: the newest resumable one; None when there is no
+    checkpoint at all (the run starts over); an error when only model-only checkpoints exist."""
+    start = latest_checkpoint(root)
+    model_only = list_checkpoints(root)
+    if start is None and model_only:
+        raise RlvrError(
+            f"--resume: {root.parent} has no resumable checkpoint: {model_only[-1].name} holds the model "
+            f"only (train.final_checkpoint=model); start a new run from it with "
+            f"model.name={model_only[-1] / 'model'}"
+        )
+    return start
 
 
 def load_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

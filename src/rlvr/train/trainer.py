@@ -17,7 +17,6 @@ from rlvr.algo import ADVANTAGE_ESTIMATORS, informative_groups, token_weights
 from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
 from rlvr.data.sampler import PromptSampler
-from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, eval_progress, training_progress, truncate_after_step
@@ -61,15 +60,7 @@ class Trainer:
         for example in self.eval_examples:  # a bad eval.group_by path fails now, not after training
             group_of(example, cfg.eval.group_by)
         self.tokenizer = load_tokenizer(cfg.model.name)
-        start = ckpt.latest_checkpoint(self.run_dir / "checkpoints") if resume else None
-        if resume and start is None:
-            model_only = ckpt.list_checkpoints(self.run_dir / "checkpoints")
-            if model_only:
-                raise RlvrError(
-                    f"--resume: {self.run_dir} has no resumable checkpoint: {model_only[-1].name} holds the "
-                    "model only (train.final_checkpoint=model); start a new run from it with "
-                    f"model.name={model_only[-1] / 'model'}"
-                )
+        start = ckpt.resume_point(self.run_dir / "checkpoints") if resume else None
         model_path = str(start / "model") if start else cfg.model.name
         self.model = load_model(model_path, cfg.model.dtype, cfg.model.device)
         self.ref_model = None

@@ -82,17 +82,32 @@ def test_fused_step_equals_transformers_forward(model_name):
 
 
 def test_decoder_uses_the_weights_it_was_built_from():
+    """A decoder is a snapshot: one built before an update keeps the old weights, one built after
+    computes the updated model's forward (the engine therefore builds one per generate call)."""
     model = _small_llama()
-    decoder = FusedLlamaDecoder(model, rows_hint=2)
-    cache, mask, pos = _prefill(model, [[1, 2, 3]], 2, 2)
-    mask = torch.cat([mask, mask.new_ones((2, 1))], dim=1)
-    before = decoder.step(torch.tensor([4, 5]), pos, cache, mask)
+    stale = FusedLlamaDecoder(model, rows_hint=2)
     with torch.no_grad():
         model.model.layers[0].mlp.down_proj.weight.mul_(3.0)
-    rebuilt = FusedLlamaDecoder(model, rows_hint=2)
-    cache, _, _ = _prefill(model, [[1, 2, 3]], 2, 2)
-    after = rebuilt.step(torch.tensor([4, 5]), pos, cache, mask)
-    assert not torch.allclose(before, after, atol=1e-3)
+    fresh = FusedLlamaDecoder(model, rows_hint=2)
+    tokens = torch.tensor([4, 5])
+    results = []
+    for decoder in (stale, fresh, None):
+        cache, mask, pos = _prefill(model, [[1, 2, 3]], 2, 2)  # the same cache for each
+        mask = torch.cat([mask, mask.new_ones((2, 1))], dim=1)
+        if decoder is None:
+            with torch.inference_mode():
+                out = model(
+                    input_ids=tokens[:, None],
+                    attention_mask=mask,
+                    position_ids=pos[:, None],
+                    past_key_values=cache,
+                )
+            results.append(out.logits[:, -1])
+        else:
+            results.append(decoder.step(tokens, pos, cache, mask))
+    stale_logits, fresh_logits, expected = results
+    torch.testing.assert_close(fresh_logits, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(stale_logits, expected, atol=1e-3)
 
 
 def test_supported_only_where_the_step_is_exact():

@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
+from rlvr.models.packed import packed_decode_available
+
 # When the fused step pays (benchmarks/packed_decode.py, fp32, 2 cores, SmolLM2-135M, a policy update
 # and the ~0.1 s rebuild included): generate 16 × 128 tokens 10.24 -> 7.95 s (1.29x), 16 × 32
 # 2.66 -> 2.33 s (1.14x), 32 × 24 2.56 -> 2.32 s (1.10x), 32 × 64 7.17 -> 5.85 s (1.23x), 64 × 16
@@ -37,7 +39,7 @@ def fused_decode_pays(rows: int, max_new_tokens: int) -> bool:
 def fused_decode_supported(model: torch.nn.Module) -> bool:
     """Whether :class:`FusedLlamaDecoder` computes exactly what ``model``'s own forward computes:
     a Llama model (no biases, SiLU MLP, no tensor-parallel split) in fp32 on the CPU, with MKL."""
-    if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
+    if not packed_decode_available(model):  # MKL, and the model on the CPU in fp32
         return False
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) != "llama":
@@ -47,10 +49,7 @@ def fused_decode_supported(model: torch.nn.Module) -> bool:
     if getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1:
         return False
     inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
-        return False
-    param = next(model.parameters(), None)
-    return param is not None and param.device.type == "cpu" and param.dtype == torch.float32
+    return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
 
 
 class _Packed:

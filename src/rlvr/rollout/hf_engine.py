@@ -75,7 +75,6 @@ class HFEngine:
             raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
         self.packed_weights = packed_weights
         self.fuse_layers = fuse_layers
-        self._decoder: FusedLlamaDecoder | None = None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
@@ -100,20 +99,23 @@ class HFEngine:
         try:
             rows = min(len(prompts), per_chunk) * params.n
             path = self.decode_path(rows, params)
-            if path == "fused":
-                self._decoder = FusedLlamaDecoder(self.model, rows_hint=rows)
+            # built from the weights as they are now, per call: its copies are stale after an update
+            decoder = FusedLlamaDecoder(self.model, rows_hint=rows) if path == "fused" else None
             with packed_linears(self.model) if path == "packed" else nullcontext():
                 for start in range(0, len(prompts), per_chunk):
                     chunk = prompts[start : start + per_chunk]
-                    groups.extend(self._generate_chunk(chunk, start, params))
+                    groups.extend(self._generate_chunk(chunk, start, params, decoder))
         finally:
-            self._decoder = None  # its weight copies are stale after the next update
             self.model.train(was_training)
         return groups
 
     @torch.inference_mode()
     def _generate_chunk(
-        self, prompts: list[list[int]], offset: int, params: SamplingParams
+        self,
+        prompts: list[list[int]],
+        offset: int,
+        params: SamplingParams,
+        decoder: FusedLlamaDecoder | None = None,
     ) -> list[list[Completion]]:
         n, device = params.n, self.device
         width = max(len(p) for p in prompts)
@@ -171,8 +173,8 @@ class HFEngine:
                 cache.batch_select_indices(keep)
                 alive, token, mask, next_pos = alive[keep.cpu()], token[keep], mask[keep], next_pos[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            if self._decoder is not None:
-                logits = self._decoder.step(token, next_pos, cache, mask)
+            if decoder is not None:
+                logits = decoder.step(token, next_pos, cache, mask)
             else:
                 out = self.model(
                     input_ids=token[:, None],

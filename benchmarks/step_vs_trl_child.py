@@ -110,17 +110,17 @@ def run_rlvr(spec: dict, workdir: str) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from rlvr.config import load_config
-    from rlvr.train.trainer import Trainer
+    from rlvr.train.orchestrator import Orchestrator
 
     cfg = load_config(None, rlvr_overrides(spec, workdir))
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, quiet=True)
+    trainer = Orchestrator(cfg, quiet=True)
     setup_s = time.perf_counter() - t0
     rss_after_setup = peak_rss_mib()
 
     # Instance-level wrappers (src/ is untouched): time pure generation and record what was generated.
     gen = {"seconds": [], "prompt_ids": [], "completion_lengths": [], "finish_reasons": []}
-    generate = trainer.engine.generate
+    generate = trainer.collector.engine.generate
 
     def timed_generate(prompts, params):
         start = time.perf_counter()
@@ -131,16 +131,16 @@ def run_rlvr(spec: dict, workdir: str) -> dict:
         gen["finish_reasons"].append(sorted({c.finish_reason for grp in groups for c in grp}))
         return groups
 
-    trainer.engine.generate = timed_generate
+    trainer.collector.engine.generate = timed_generate
     rewards: list[list[float | None]] = []
-    score = trainer.pool.score
+    score = trainer.collector.pool.score
 
     def recorded_score(*args, **kwargs):
         results = score(*args, **kwargs)
         rewards.append([r.total for r in results])
         return results
 
-    trainer.pool.score = recorded_score
+    trainer.collector.pool.score = recorded_score
 
     steps = []
     try:
@@ -162,7 +162,7 @@ def run_rlvr(spec: dict, workdir: str) -> dict:
     for step, seconds in zip(steps, gen["seconds"]):
         step["generate_s"] = seconds
 
-    model = trainer.model
+    model = trainer.learner.model
     embed = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     flat = [x for step_rewards in rewards for x in step_rewards]
@@ -314,7 +314,7 @@ def run_trl(spec: dict, workdir: str) -> dict:
         }
         for i, (start, end) in enumerate(zip(starts, clock.end))
     ]
-    model = trainer.model
+    model = trainer.learner.model
     return {
         "framework": "trl",
         "setup_s": setup_s,

@@ -17,18 +17,33 @@ from rlvr.errors import RlvrError
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # rlvr never downloads at run time
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-__all__ = ["RlvrError", "RunConfig", "evaluate_model", "load_config", "train"]
+__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "train"]
 
 
 def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
     """Run a training job; returns {"before": eval metrics, "after": eval metrics}."""
-    from rlvr.train.trainer import Trainer
+    from rlvr.train.orchestrator import Orchestrator
 
-    trainer = Trainer(cfg, resume=resume, console=console, quiet=quiet)
+    run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
     try:
-        return trainer.fit()
+        return run.fit()
     finally:
-        trainer.close()
+        run.close()
+
+
+def collect(
+    cfg: RunConfig,
+    out: str,
+    prompts: int | None = None,
+    split: str = "train",
+    console: Console | None = None,
+    quiet: bool = False,
+) -> dict:
+    """Sample and score ``prompts`` groups of trajectories with ``cfg`` and write them to ``out``
+    (JSONL, docs/trajectories.md); returns a summary (groups kept, reward metrics, reward errors)."""
+    from rlvr.collect.run import collect_to_file
+
+    return collect_to_file(cfg, out, prompts, split, console=console, quiet=quiet)
 
 
 def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool = False) -> dict[str, float]:

@@ -68,6 +68,40 @@ def train(
     console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
 
 
+@app.command()
+def collect(
+    config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+    out: Annotated[str, typer.Option("--out", help="JSONL file to write (must not exist).")] = "",
+    prompts: Annotated[
+        int | None, typer.Option("--prompts", help="Groups to collect (default: one step's worth).")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="train, or eval: every held-out problem.")] = "train",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Sample and score trajectories with a config's model, data and rewards; write them as JSONL."""
+    from rlvr import api
+
+    if not out:
+        raise RlvrError("rlvr collect needs --out FILE.jsonl")
+    path, items = _split_args(config, overrides)
+    cfg = api.load_config(path, items)
+    summary = api.collect(cfg, out, prompts, split, console=console, quiet=quiet)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    console.print(
+        f"{int(summary['trajectories'])} trajectories in {int(summary['groups/sampled'])} groups "
+        f"({int(summary['groups/kept'])} kept) → {summary['out']}\n"
+        f"reward {summary['reward/mean']:.3f}  accuracy {summary['train/accuracy']:.1%}  "
+        f"reward errors {int(summary['reward/errors'])}"
+    )
+    for key, value in summary.items():
+        if key.startswith("reward_errors/") and value:
+            console.print(f"  {key}: {int(value)}")
+
+
 def _group_line(metrics: dict[str, float], most: int = 12) -> str:
     """``group accuracy (n)`` for each ``eval/accuracy/<group>``; empty for one group or too many."""
     groups = [k.removeprefix("eval/accuracy/") for k in metrics if k.startswith("eval/accuracy/")]

@@ -290,6 +290,11 @@ class TrainConfig(Section):
         "nothing (periodic checkpoints from save_every are always full).",
     )
     log_samples: int = Field(8, ge=-1, description="Completions per step written to samples.jsonl (-1: all).")
+    log_trajectories: bool = Field(
+        False,
+        description="Write every sampled trajectory of every step to trajectories.jsonl, token-exact "
+        "(the format of rlvr collect --out; docs/trajectories.md). About 2 kB per trajectory.",
+    )
 
 
 class RunConfig(Section):

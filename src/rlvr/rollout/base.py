@@ -46,6 +46,10 @@ class Completion:
 class RolloutEngine(Protocol):
     """Generates completions; owns no training logic."""
 
+    generator: torch.Generator  # the sampling RNG (checkpointed with the run)
+    pad_id: int
+    policy_version: int  # the learner version of the weights it samples from (set by a weight sync)
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions for each prompt, grouped by prompt, in prompt order."""
         ...

@@ -75,6 +75,7 @@ class HFEngine:
             raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
         self.packed_weights = packed_weights
         self.fuse_layers = fuse_layers
+        self.policy_version = 0  # set by the weight sync; trajectories carry it
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy

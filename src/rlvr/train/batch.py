@@ -4,6 +4,11 @@ The G completions of a group share one prompt, so the batch stores each prompt o
 (``prompt_ids``, left-padded) and maps completion rows to their prompt with ``group_index``.
 The forward pass encodes each prompt once and reuses its keys/values for all its completions
 (see :mod:`rlvr.train.logprobs`), in the forward and the backward pass.
+
+A row's completion is its trajectory's response ledger (:mod:`rlvr.trajectory`): sampled tokens
+and context tokens (an environment's answer) in order. Every one of them is attended to
+(``completion_attention``); only sampled ones are trained on (``completion_mask``). For a
+single-turn completion the two masks are equal.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlvr.rollout import Completion
+from rlvr.trajectory import Trajectory
 
 
 @dataclass
@@ -21,7 +27,8 @@ class TrainBatch:
     prompt_mask: torch.Tensor  # [P, Lp]
     group_index: torch.Tensor  # [B] row of prompt_ids each completion continues
     completion_ids: torch.Tensor  # [B, T] right-padded
-    completion_mask: torch.Tensor  # [B, T] float, 1 on tokens that are trained on
+    completion_mask: torch.Tensor  # [B, T] float, 1 on tokens that are trained on (sampled ones)
+    completion_attention: torch.Tensor  # [B, T] long, 1 on every response token (sampled or context)
     sampling_logprobs: torch.Tensor  # [B, T] logprobs from the rollout engine
     advantages: torch.Tensor  # [B] or [B, T]
     truncated: torch.Tensor  # [B] bool, the completion hit max_new_tokens
@@ -53,6 +60,7 @@ class TrainBatch:
             group_index=group_index,
             completion_ids=self.completion_ids[rows][:, :width],
             completion_mask=completion_mask[:, :width],
+            completion_attention=self.completion_attention[rows][:, :width],
             sampling_logprobs=self.sampling_logprobs[rows][:, :width],
             advantages=per_row(self.advantages),
             truncated=self.truncated[rows],
@@ -65,33 +73,44 @@ class TrainBatch:
         return TrainBatch(**{k: v if v is None else v.to(device) for k, v in moved.items()})
 
 
-def build_batch(groups: list[list[Completion]], advantages: list[float], pad_id: int) -> TrainBatch:
-    """One batch from groups of completions (each group shares its prompt); advantages are flat."""
-    prompts = [g[0].prompt_ids for g in groups]
-    completions = [c for g in groups for c in g]
+def build_batch(
+    groups: list[list[Completion]] | list[list[Trajectory]], advantages: list[float], pad_id: int
+) -> TrainBatch:
+    """One batch from groups of completions or trajectories (each group shares its prompt);
+    advantages are flat, one per row."""
+    rows = [
+        [t if isinstance(t, Trajectory) else Trajectory.from_completion(t, -1, "", 0) for t in g]
+        for g in groups
+    ]
+    prompts = [g[0].prompt_ids for g in rows]
+    ledgers = [t for g in rows for t in g]
     prompt_width = max(len(p) for p in prompts)
-    width = max(max(len(c.token_ids) for c in completions), 1)
+    responses = [t.response_ids for t in ledgers]
+    width = max(max(len(r) for r in responses), 1)
     prompt_ids = torch.full((len(prompts), prompt_width), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros((len(prompts), prompt_width), dtype=torch.long)
     for row, ids in enumerate(prompts):
         prompt_ids[row, prompt_width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         prompt_mask[row, prompt_width - len(ids) :] = 1
-    completion_ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((len(completions), width))
-    sampling_logprobs = torch.zeros((len(completions), width))
-    for row, c in enumerate(completions):
-        t = len(c.token_ids)
-        completion_ids[row, :t] = torch.tensor(c.token_ids, dtype=torch.long)
-        completion_mask[row, :t] = 1.0
-        sampling_logprobs[row, :t] = torch.tensor(c.logprobs)
-    group_index = torch.arange(len(groups)).repeat_interleave(torch.tensor([len(g) for g in groups]))
+    completion_ids = torch.full((len(ledgers), width), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(ledgers), width))
+    completion_attention = torch.zeros((len(ledgers), width), dtype=torch.long)
+    sampling_logprobs = torch.zeros((len(ledgers), width))
+    for row, (t, ids) in enumerate(zip(ledgers, responses)):
+        n = len(ids)
+        completion_ids[row, :n] = torch.tensor(ids, dtype=torch.long)
+        completion_mask[row, :n] = torch.tensor(t.loss_mask)
+        completion_attention[row, :n] = 1
+        sampling_logprobs[row, :n] = torch.tensor(t.sampling_logprobs)
+    group_index = torch.arange(len(rows)).repeat_interleave(torch.tensor([len(g) for g in rows]))
     return TrainBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         group_index=group_index,
         completion_ids=completion_ids,
         completion_mask=completion_mask,
+        completion_attention=completion_attention,
         sampling_logprobs=sampling_logprobs,
         advantages=torch.tensor(advantages, dtype=torch.float32),
-        truncated=torch.tensor([c.finish_reason == "length" for c in completions]),
+        truncated=torch.tensor([t.finish_reason == "length" for t in ledgers]),
     )

@@ -59,7 +59,7 @@ class Critic:
         else:
             prompt_ids = batch.prompt_ids[batch.group_index]
             prompt_mask = batch.prompt_mask[batch.group_index]
-            mask = torch.cat([prompt_mask, batch.completion_mask.long()], dim=1)
+            mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             all_values = self.model(torch.cat([prompt_ids, batch.completion_ids], dim=1), mask, positions)
             start = prompt_ids.shape[1] - 1  # the last prompt position predicts completion token 0

@@ -69,7 +69,7 @@ def completion_logprobs(
     out = model(
         input_ids=torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1),
         attention_mask=torch.cat(
-            [past_mask, prompt_mask[index, -1:], batch.completion_mask[:, :-1].long()], dim=1
+            [past_mask, prompt_mask[index, -1:], batch.completion_attention[:, :-1]], dim=1
         ),
         position_ids=positions[index, -1:] + torch.arange(width, device=positions.device)[None, :],
         past_key_values=cache,
@@ -90,7 +90,7 @@ def completion_logprobs_simple(
     prompt_ids = batch.prompt_ids[batch.group_index]
     prompt_mask = batch.prompt_mask[batch.group_index]
     input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, batch.completion_mask.long()], dim=1)
+    mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     width = batch.completion_width
     out = model(

@@ -1,0 +1,201 @@
+"""The collector: prompts → engine → reward pool → scored groups of trajectories. It owns no optimizer.
+
+One :meth:`Collector.collect` call is what a training step samples: ``rollout.prompts_per_step``
+prompts from a seeded, resumable order, ``rollout.group_size`` trajectories each, every one scored
+in the reward pool (errors kept, never read as zeros). Groups with a reward error are dropped
+(``rewards.on_error=skip_group``) or scored 0 and said so (``zero``); with
+``algo.dynamic_sampling`` groups whose rewards are all equal are dropped too, and ``algo.refill``
+samples more prompts to replace them. The learner sees only the kept groups; metrics and logs
+see every sampled one.
+
+The collector samples from whatever weights its engine holds; a :mod:`rlvr.train.weight_sync`
+moves the learner's weights there and stamps the engine with the learner's version, which every
+trajectory carries. The same object evaluates held-out problems (greedy accuracy, pass@k) with a
+pool of the first reward alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from rich.console import Console
+
+from rlvr.algo.filters import informative_groups
+from rlvr.collect.records import reward_metrics, sample_records
+from rlvr.config import RunConfig
+from rlvr.data import Example
+from rlvr.data.sampler import PromptSampler
+from rlvr.eval.evaluate import evaluate
+from rlvr.log import eval_progress
+from rlvr.models.chat import encode_prompt
+from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
+from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.trajectory import Trajectory, TrajectoryGroup
+
+
+@dataclass
+class Collection:
+    """What one collect call produced: the groups the learner gets, and every group sampled."""
+
+    kept: list[TrajectoryGroup]
+    seen: list[TrajectoryGroup]
+    metrics: dict[str, float]
+
+    def kept_flags(self) -> list[bool]:
+        """For each group of ``seen``, whether it is among ``kept``."""
+        kept_ids = {id(g) for g in self.kept}
+        return [id(g) in kept_ids for g in self.seen]
+
+
+class Collector:
+    """Samples and scores groups of trajectories from ``train_examples``; evaluates on ``eval_examples``."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        engine: RolloutEngine,
+        tokenizer,
+        train_examples: Sequence[Example],
+        eval_examples: Sequence[Example] = (),
+    ) -> None:
+        self.cfg, self.engine = cfg, engine
+        self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
+        self.train_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.train_examples]
+        self.eval_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.eval_examples]
+        self.pool = training_pool(cfg.rewards)
+        self.eval_pool = eval_pool(cfg.rewards)
+        self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
+        self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
+
+    # ----------------------------------------------------------------------------- state
+    @property
+    def generator(self) -> torch.Generator:
+        """The sampling RNG (checkpointed by the orchestrator)."""
+        return self.engine.generator
+
+    def state(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
+
+    # ----------------------------------------------------------------------------- sampling
+    def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
+        """``rollout.group_size`` scored trajectories for each training example in ``indices``."""
+        r = self.cfg.rollout
+        params = SamplingParams(
+            n=r.group_size,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens,
+            ignore_eos=r.ignore_eos,
+        )
+        completions = self.engine.generate([self.train_prompts[i] for i in indices], params)
+        flat = [c for g in completions for c in g]
+        examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
+        results = score_completions(self.pool, flat, examples, [len(g) for g in completions])
+        version = getattr(self.engine, "policy_version", 0)
+        zero_on_error = self.cfg.rewards.on_error == "zero"
+        groups, at = [], 0
+        for index, group in zip(indices, completions):
+            trajectories = []
+            for c in group:
+                t = Trajectory.from_completion(c, index, self.train_examples[index].id, version)
+                result = results[at]
+                at += 1
+                t.rewards, t.errors = dict(result.components), dict(result.errors)
+                t.reward = result.total if result.total is not None else (0.0 if zero_on_error else None)
+                trajectories.append(t)
+            groups.append(TrajectoryGroup(index, trajectories))
+        return groups
+
+    def collect(self, count: int | None = None, greedy_baseline: bool = False) -> Collection:
+        """Sample ``count`` groups (default ``rollout.prompts_per_step``), drop the uninformative ones.
+
+        ``greedy_baseline`` scores one greedy completion per kept group (ReMax's baseline).
+        """
+        a = self.cfg.algo
+        want = count or self.cfg.rollout.prompts_per_step
+        kept: list[TrajectoryGroup] = []
+        seen: list[TrajectoryGroup] = []
+        rounds = 1 + (a.max_refills if a.refill else 0)
+        for _ in range(rounds):
+            batch = self.sample_groups(self.sampler.take(want - len(kept) if kept else want))
+            seen.extend(batch)
+            usable = [g for g in batch if None not in g.rewards]  # errored groups are skipped
+            if a.dynamic_sampling and usable:
+                flat = torch.tensor([x for g in usable for x in g.rewards])
+                index = torch.arange(len(usable)).repeat_interleave(torch.tensor([len(g) for g in usable]))
+                informative = informative_groups(flat, index)
+                usable = [g for g, keep in zip(usable, informative.tolist()) if keep]
+            kept.extend(usable)
+            if len(kept) >= want or not a.refill:
+                break
+        kept = kept[:want] if a.refill else kept
+        if greedy_baseline and kept:
+            self._add_greedy_baselines(kept)
+        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
+        first = self.cfg.rewards.functions[0]
+        return Collection(kept, seen, {**stats, **reward_metrics(seen, first.label or first.name)})
+
+    def _add_greedy_baselines(self, groups: list[TrajectoryGroup]) -> None:
+        """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt."""
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens)
+        greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
+        examples = [self.train_examples[g.example_index] for g in groups]
+        results = score_completions(self.pool, [c[0] for c in greedy], examples, [1] * len(groups))
+        for group, result in zip(groups, results):
+            group.baseline_reward = result.total if result.total is not None else 0.0
+
+    def reward_error_metrics(self) -> dict[str, float]:
+        """Reward errors by kind and reward since the previous call (``reward_errors/<label>/<kind>``)."""
+        metrics = {}
+        for label, counts in self.pool.take_stats().items():
+            metrics.update(
+                {f"reward_errors/{label}/{k}": float(v) for k, v in counts.items() if k != "calls"}
+            )
+        return metrics
+
+    def sample_records(self, groups: list[TrajectoryGroup], step: int, limit: int) -> list[dict[str, Any]]:
+        """samples.jsonl rows (prompt text, completion, rewards, advantage) of the first ``limit``."""
+        return list(sample_records(groups, self.train_examples, step, limit))
+
+    # ----------------------------------------------------------------------------- evaluation
+    def evaluate(
+        self, label: str, console: Console | None = None, quiet: bool = False
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Held-out metrics and one record per problem (see :func:`rlvr.eval.evaluate.evaluate`)."""
+        if not self.eval_examples:
+            return {}, []
+        e = self.cfg.eval
+        records: list[dict] = []
+        began = time.perf_counter()
+        with eval_progress(console, disable=quiet) as progress:
+            task = progress.add_task(f"eval ({label})", total=len(self.eval_examples))
+            metrics = evaluate(
+                self.engine,
+                self.eval_prompts,
+                self.eval_examples,
+                self._score_eval,
+                e.max_new_tokens or self.cfg.rollout.max_new_tokens,
+                e.samples,
+                e.pass_k,
+                e.temperature,
+                chunk=self.cfg.rollout.max_batch_sequences,
+                on_progress=lambda n: progress.advance(task, n),
+                group_by=e.group_by,
+                records=records,
+            )
+        self.eval_s = time.perf_counter() - began
+        return metrics, records
+
+    def _score_eval(self, completions: list, examples: list[Example]) -> list:
+        return score_completions(self.eval_pool, completions, examples)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.eval_pool.close()

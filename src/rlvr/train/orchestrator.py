@@ -1,0 +1,218 @@
+"""The orchestrator: builds collector, learner and weight sync from a config, and runs the loop.
+
+One synchronous step (a queue of depth 0) reads top to bottom like DESIGN.md's diagram::
+
+    collection = collector.collect()          # sample + score groups; drop uninformative ones
+    metrics    = learner.update(kept groups)  # advantages + policy update; version += 1
+    sync.push(learner.weights(), version)     # the engine samples from the new weights
+
+then logs (metrics.jsonl, samples.jsonl, trajectories.jsonl), evaluates and checkpoints. The
+collector, learner and sync meet only here and only through their public methods; an
+asynchronous loop (collection running ahead by at most ``max_staleness`` versions) or a learner
+replicated over ranks is another :meth:`Orchestrator.step` beside this one, not a branch inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from rlvr.collect import Collector
+from rlvr.config import RunConfig
+from rlvr.data.from_config import build_datasets
+from rlvr.eval.groups import group_of
+from rlvr.log import JsonlWriter, training_progress, truncate_after_step
+from rlvr.models import load_model, load_tokenizer
+from rlvr.rewards.scoring import check_reward_examples
+from rlvr.rollout import HFEngine
+from rlvr.train import checkpoint as ckpt
+from rlvr.train.budget import over_budget
+from rlvr.train.controllers import Coefficients
+from rlvr.train.estimate import check_algorithm
+from rlvr.train.learner import Learner
+from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.weight_sync import InProcessSync
+from rlvr.trajectory import group_records
+
+LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "trajectories.jsonl")
+
+
+class Orchestrator:
+    """A training run: the synchronous collect → update → sync loop, with logs and checkpoints."""
+
+    def __init__(
+        self, cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False
+    ):
+        self.started = time.perf_counter()  # train.time_budget_s counts from here
+        self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
+        check_algorithm(cfg)  # config errors that need the registries, before any model is loaded
+        self.run_dir = prepare_run_dir(cfg, resume)
+        torch.manual_seed(cfg.seed)
+        if cfg.model.threads:
+            torch.set_num_threads(cfg.model.threads)
+
+        train_examples, eval_examples = build_datasets(cfg.data)
+        check_reward_examples(cfg.rewards, train_examples)
+        for example in eval_examples:  # a bad eval.group_by path fails now, not after training
+            group_of(example, cfg.eval.group_by)
+        self.tokenizer = load_tokenizer(cfg.model.name)
+        start = ckpt.resume_point(self.run_dir / "checkpoints") if resume else None
+        policy = load_model(
+            str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
+        )
+        # In one process the engine samples from the learner's own module: syncing copies nothing.
+        engine = HFEngine(
+            policy,
+            self.tokenizer,
+            max_batch_sequences=cfg.rollout.max_batch_sequences,
+            seed=cfg.seed,
+            packed_weights=cfg.rollout.packed_weights,
+        )
+        self.learner = Learner(cfg, policy, engine.pad_id)
+        self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
+        self.sync = InProcessSync(engine)
+        self.step, self.elapsed = 0, 0.0
+        self.save_s = 0.0  # the last checkpoint's wall time (time budget)
+        self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
+        if start:
+            self._restore(start)
+        logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
+        self.logs = {name: JsonlWriter(self.run_dir / name) for name in logged}
+
+    # ----------------------------------------------------------------------------- state
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"engine": self.collector.generator, "update": self.learner.generator}
+
+    def _restore(self, path: Path) -> None:
+        state, trainer_state = ckpt.load_state(path)
+        self.learner.load_state_dict(trainer_state)
+        ckpt.restore_rng(trainer_state["rng"], self._generators())
+        self.learner.coefs = Coefficients(**state.get("coefficients", self.learner.coefs.state()))
+        self.step, self.elapsed = state["step"], state.get("elapsed", 0.0)
+        self.learner.version = state.get("policy_version", self.step)
+        self.sync.push(self.learner.weights(), self.learner.version)
+        self.collector.load_state(state)
+        for name in LOGS:
+            truncate_after_step(self.run_dir / name, self.step)
+        self.console.print(f"resumed from {path} at step {self.step}")
+
+    def save(self, model_only: bool = False) -> Path:
+        """Checkpoint the run; ``model_only`` leaves out the optimizer, scheduler and RNG state."""
+        trainer_state = None
+        if not model_only:
+            trainer_state = {**self.learner.state_dict(), "rng": ckpt.rng_state(self._generators())}
+        state = {
+            **self.collector.state(),
+            "elapsed": self.elapsed,
+            "coefficients": self.learner.coefs.state(),
+            "policy_version": self.learner.version,
+        }
+        began = time.perf_counter()
+        path = ckpt.save_checkpoint(
+            self.run_dir / "checkpoints",
+            self.step,
+            self.learner.weights(),
+            self.tokenizer,
+            trainer_state,
+            state,
+            self.cfg.train.keep_checkpoints,
+        )
+        self.save_s = time.perf_counter() - began
+        self.saved_step = self.step
+        return path
+
+    # ----------------------------------------------------------------------------- one step
+    def train_step(self) -> dict[str, float]:
+        """Collect, update, sync; write the step's samples and trajectories; return its metrics."""
+        t0 = time.perf_counter()
+        collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
+        t_collect = time.perf_counter() - t0
+        metrics = dict(collection.metrics)
+        if collection.kept:
+            metrics.update(self.learner.update(collection.kept, collection.seen))
+            self.sync.push(self.learner.weights(), self.learner.version)
+        else:
+            metrics["update/skipped"] = 1.0
+        dt = time.perf_counter() - t0
+        self.step += 1
+        self.elapsed += dt
+        tokens = metrics["completion/mean_length"] * metrics["groups/sampled"] * self.cfg.rollout.group_size
+        metrics.update(
+            {
+                "time/step_s": dt,
+                "time/collect_s": t_collect,
+                "time/update_s": dt - t_collect,
+                "throughput/tokens_per_s": tokens / dt,
+            }
+        )
+        metrics.update(self.collector.reward_error_metrics())
+        for record in self.collector.sample_records(collection.seen, self.step, self.cfg.train.log_samples):
+            self.logs["samples.jsonl"].write(record)
+        if self.cfg.train.log_trajectories:
+            for record in group_records(collection.seen, collection.kept_flags(), 0, step=self.step):
+                self.logs["trajectories.jsonl"].write(record)
+        return metrics
+
+    # ----------------------------------------------------------------------------- loop
+    def run_eval(self, label: str) -> dict[str, float]:
+        metrics, records = self.collector.evaluate(label, self.console, self.quiet)
+        if not metrics:
+            return {}
+        for record in records:
+            self.logs["eval_samples.jsonl"].write({"step": self.step, "phase": label, **record})
+        self.logs["metrics.jsonl"].write({"step": self.step, "phase": label, **metrics})
+        return metrics
+
+    def fit(self) -> dict[str, dict[str, float]]:
+        cfg = self.cfg
+        results: dict[str, dict[str, float]] = {}
+        if self.step == 0 and cfg.eval.before:
+            results["before"] = self.run_eval("before")
+        deadline = (
+            time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None
+        )
+        with training_progress(self.console, disable=self.quiet) as progress:
+            task = progress.add_task(
+                "train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0
+            )
+            while self.step < cfg.train.steps:
+                metrics = self.train_step()
+                self.logs["metrics.jsonl"].write({"step": self.step, "phase": "train", **metrics})
+                progress.update(
+                    task,
+                    completed=self.step,
+                    reward=metrics["reward/mean"],
+                    acc=metrics["train/accuracy"],
+                    tps=metrics["throughput/tokens_per_s"],
+                )
+                if cfg.train.save_every and self.step % cfg.train.save_every == 0:
+                    self.save()
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
+                    self.run_eval("periodic")
+                if deadline and time.perf_counter() > deadline:
+                    self.console.print(f"time limit reached after step {self.step}")
+                    break
+                if cfg.train.time_budget_s and over_budget(
+                    time.perf_counter() - self.started,
+                    cfg.train.time_budget_s,
+                    metrics.get("time/step_s", 0.0),
+                    self.collector.eval_s,
+                    self.save_s,
+                ):
+                    self.console.print(
+                        f"time budget: stopping after step {self.step} so that the final eval and "
+                        f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
+                    )
+                    break
+        if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
+            self.save(model_only=cfg.train.final_checkpoint == "model")
+        results["after"] = self.run_eval("after")
+        return results
+
+    def close(self) -> None:
+        self.collector.close()
+        for log in self.logs.values():
+            log.close()

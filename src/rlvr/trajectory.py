@@ -1,0 +1,220 @@
+"""Trajectories: the unit that flows from the collector to the learner (DESIGN.md, "The next shape").
+
+A :class:`Trajectory` is a ledger of token ids. Its prompt is the first, shared part of the ledger
+(kept apart because the G trajectories of a group share it, and the learner encodes it once);
+after it come the response *segments*, each either ``sampled`` by the policy (with the sampling
+logprob of every token) or ``context`` (tokens the policy did not choose: an environment's or a
+tool's answer, a chat template's turn markers). Only sampled tokens are trained on: the loss mask
+is derived from the segments, never stored beside them, so the two cannot disagree. A
+single-turn completion is the one-segment case.
+
+A :class:`TrajectoryGroup` is the G trajectories of one prompt, scored; the learner's advantages
+are computed within groups.
+
+The JSONL form (:func:`trajectory_record`, :func:`read_trajectory_groups`) is what
+``rlvr collect --out`` and ``train.log_trajectories`` write, one trajectory per line; it is exact
+(token ids and logprobs as sampled), so a learner driven from the file makes the same update as
+the live loop. Its fields are documented in ``docs/trajectories.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import RlvrError
+from rlvr.rollout.base import Completion
+
+SAMPLED, CONTEXT = "sampled", "context"
+
+
+@dataclass
+class Segment:
+    """A run of response tokens of one origin: ``sampled`` (with logprobs) or ``context`` (without)."""
+
+    kind: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in (SAMPLED, CONTEXT):
+            raise ValueError(f"segment kind must be {SAMPLED!r} or {CONTEXT!r}, not {self.kind!r}")
+        if self.kind == SAMPLED and (self.logprobs is None or len(self.logprobs) != len(self.token_ids)):
+            raise ValueError("a sampled segment needs one sampling logprob per token")
+        if self.kind == CONTEXT and self.logprobs is not None:
+            raise ValueError("a context segment has no sampling logprobs")
+
+
+@dataclass
+class Trajectory:
+    """One prompt's response as a token ledger, with its rewards and where it came from.
+
+    ``reward`` is the total the learner trains on; ``None`` when a reward errored and the run's
+    policy is to skip such groups (``errors`` then says which reward failed and why; with
+    ``rewards.on_error=zero`` the total is 0.0 and ``errors`` is still filled). ``turn_rewards``
+    holds per-turn rewards of multi-turn episodes (empty for a single turn).
+    """
+
+    prompt_ids: list[int]
+    segments: list[Segment]
+    finish_reason: str  # "stop" (EOS), "length" (token limit), or an environment's own reason
+    text: str = ""  # the decoded response, what the rewards read
+    example_index: int = -1  # the example's position in the collector's dataset
+    example_id: str = ""
+    policy_version: int = 0  # the learner version whose weights sampled the sampled segments
+    reward: float | None = None
+    rewards: dict[str, float] = field(default_factory=dict)  # reward components, unweighted
+    errors: dict[str, str] = field(default_factory=dict)  # reward label -> why it has no value
+    turn_rewards: list[float] = field(default_factory=list)
+    advantage: float | None = None  # filled by the learner (mean over tokens for token-level ones)
+
+    @classmethod
+    def from_completion(
+        cls, completion: Completion, example_index: int, example_id: str, policy_version: int
+    ) -> Trajectory:
+        """The one-segment trajectory of a single-turn completion."""
+        return cls(
+            prompt_ids=list(completion.prompt_ids),
+            segments=[Segment(SAMPLED, list(completion.token_ids), list(completion.logprobs))],
+            finish_reason=completion.finish_reason,
+            text=completion.text,
+            example_index=example_index,
+            example_id=example_id,
+            policy_version=policy_version,
+        )
+
+    @property
+    def response_ids(self) -> list[int]:
+        """Every response token, sampled and context, in ledger order."""
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def loss_mask(self) -> list[float]:
+        """1.0 on sampled tokens (trained on), 0.0 on context tokens, per response token."""
+        return [1.0 if s.kind == SAMPLED else 0.0 for s in self.segments for _ in s.token_ids]
+
+    @property
+    def sampling_logprobs(self) -> list[float]:
+        """The sampling logprob of each response token (0.0 on context tokens, which were not sampled)."""
+        return [lp for s in self.segments for lp in (s.logprobs or [0.0] * len(s.token_ids))]
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.kind == SAMPLED)
+
+    def __len__(self) -> int:
+        """The number of tokens the policy sampled (what a completion's length means)."""
+        return self.num_sampled
+
+
+@dataclass
+class TrajectoryGroup:
+    """The trajectories of one prompt, scored. ``baseline_reward`` is a greedy completion's reward
+    (ReMax's baseline) when the learner's estimator asked for one."""
+
+    example_index: int
+    trajectories: list[Trajectory]
+    baseline_reward: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def rewards(self) -> list[float | None]:
+        return [t.reward for t in self.trajectories]
+
+
+# ----------------------------------------------------------------------------------------- JSONL
+def trajectory_record(t: Trajectory, group: int, kept: bool, **extra: Any) -> dict[str, Any]:
+    """One JSONL row: ``group`` numbers the trajectory's group within the file; ``kept`` says
+    whether the group went (or would go) to the learner; ``extra`` adds fields (e.g. ``step``)."""
+    return {
+        **extra,
+        "group": group,
+        "kept": kept,
+        "example_index": t.example_index,
+        "example_id": t.example_id,
+        "policy_version": t.policy_version,
+        "prompt_ids": t.prompt_ids,
+        "segments": [
+            {"kind": s.kind, "token_ids": s.token_ids, **({"logprobs": s.logprobs} if s.logprobs else {})}
+            for s in t.segments
+        ],
+        "finish_reason": t.finish_reason,
+        "text": t.text,
+        "reward": t.reward,
+        "rewards": t.rewards,
+        "errors": t.errors,
+        "turn_rewards": t.turn_rewards,
+    }
+
+
+def group_records(
+    groups: Sequence[TrajectoryGroup], kept: Sequence[bool], first: int, **extra: Any
+) -> Iterator[dict]:
+    """The rows of ``groups``, numbered from ``first``; a baseline reward rides on each row of its group."""
+    for offset, (g, keep) in enumerate(zip(groups, kept, strict=True)):
+        baseline = {} if g.baseline_reward is None else {"baseline_reward": g.baseline_reward}
+        for t in g.trajectories:
+            yield trajectory_record(t, first + offset, keep, **extra, **baseline)
+
+
+def _trajectory_from_record(row: dict[str, Any]) -> Trajectory:
+    segments = [Segment(s["kind"], list(s["token_ids"]), s.get("logprobs")) for s in row["segments"]]
+    return Trajectory(
+        prompt_ids=list(row["prompt_ids"]),
+        segments=segments,
+        finish_reason=row["finish_reason"],
+        text=row.get("text", ""),
+        example_index=int(row.get("example_index", -1)),
+        example_id=str(row.get("example_id", "")),
+        policy_version=int(row.get("policy_version", 0)),
+        reward=row.get("reward"),
+        rewards=dict(row.get("rewards") or {}),
+        errors=dict(row.get("errors") or {}),
+        turn_rewards=list(row.get("turn_rewards") or []),
+    )
+
+
+def read_trajectory_groups(
+    path: str | Path, kept_only: bool = False, **where: Any
+) -> list[tuple[TrajectoryGroup, bool]]:
+    """``(group, kept)`` pairs from a trajectories JSONL file, in file order.
+
+    ``where`` keeps only rows whose fields equal the given values (e.g. ``step=3`` in a run's
+    ``trajectories.jsonl``). Malformed rows raise :class:`RlvrError` naming the file, line and key.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RlvrError(f"{path}: no such file")
+    groups: dict[tuple[Any, ...], tuple[TrajectoryGroup, bool]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if any(row.get(k) != v for k, v in where.items()):
+                continue
+            trajectory = _trajectory_from_record(row)
+            key = (row.get("step"), row["group"])
+            kept = bool(row["kept"])
+        except json.JSONDecodeError as err:
+            raise RlvrError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+        except KeyError as err:
+            raise RlvrError(f"{path}:{number}: missing key {err.args[0]!r}") from err
+        except (TypeError, ValueError) as err:
+            raise RlvrError(f"{path}:{number}: {err}") from err
+        if trajectory.reward is not None and not math.isfinite(trajectory.reward):
+            raise RlvrError(f"{path}:{number}: key 'reward' is not a finite number")
+        if key not in groups:
+            groups[key] = (TrajectoryGroup(trajectory.example_index, [], row.get("baseline_reward")), kept)
+        group, group_kept = groups[key]
+        if group_kept != kept or trajectory.prompt_ids != (group.trajectories or [trajectory])[0].prompt_ids:
+            raise RlvrError(f"{path}:{number}: group {row['group']} mixes prompts or kept flags")
+        group.trajectories.append(trajectory)
+    pairs = list(groups.values())
+    return [p for p in pairs if p[1]] if kept_only else pairs

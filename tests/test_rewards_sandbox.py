@@ -35,6 +35,10 @@ def reward(code: str, cases: list[tuple[str, str]], **params) -> float:
     return code_reward(f"```python\n{code}\n```", stdio_example(cases), **params)
 
 
+def unsafe_reward(code: str, cases: list[tuple[str, str]], **params) -> float:
+    return reward(code, cases, allow_unsafe_sandbox=True, **params)
+
+
 def harness_processes(settle_s: float = 3.0) -> list[int]:
     """Processes still running our harness: there must be none shortly after a run (a killed
     sandbox's namespace is torn down by the kernel asynchronously, hence the short wait)."""
@@ -191,17 +195,21 @@ def fallback(request, monkeypatch):
 
 def test_fallback_backends_still_judge_and_contain(fallback, monkeypatch):
     monkeypatch.setenv("RLVR_TEST_SECRET", "s3cret-token")
-    assert reward("print(int(input()) + 1)", [("1", "2"), ("41", "42")]) == 1.0
-    assert reward("raise SystemExit(0)", [("", "x")]) == 0.0
-    assert reward("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))", [("", "s3cret-token")]) == 0.0
+    assert unsafe_reward("print(int(input()) + 1)", [("1", "2"), ("41", "42")]) == 1.0
+    assert unsafe_reward("raise SystemExit(0)", [("", "x")]) == 0.0
+    assert (
+        unsafe_reward("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))", [("", "s3cret-token")]) == 0.0
+    )
     start = time.monotonic()
-    assert reward("import time\ntime.sleep(100)", [("", "")]) == 0.0
+    assert unsafe_reward("import time\ntime.sleep(100)", [("", "")]) == 0.0
     assert time.monotonic() - start < 4.0
     tests = "def check(candidate):\n    assert candidate(1) == 2\n"
-    cheat = sandbox.run_function_tests("import os\ndef inc(x):\n    os._exit(0)\n", tests, "inc", FAST)
-    assert cheat.report["passed"] == 0 and not cheat.report["reached_end"]
+    cheat = sandbox.run_function_tests(
+        "import os\ndef inc(x):\n    os._exit(0)\n", tests, "inc", FAST, allow_unsafe=True
+    )
+    assert cheat.report["passed"] == 0 and cheat.report["status"] != "ok"
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    assert reward(bomb, [("", "")]) == 0.0
+    assert unsafe_reward(bomb, [("", "")]) == 0.0
     assert harness_processes() == []
 
 

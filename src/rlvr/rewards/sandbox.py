@@ -17,7 +17,14 @@ Layers, outermost first:
    a cap on the output kept.
 
 Inside, :mod:`rlvr.rewards._sandbox_harness` runs the program and reports through a pipe that the
-program cannot write; a run counts only if that report says the harness reached its end.
+program cannot write; a run counts only if that report says the harness reached its end. In
+function tests the asserts run in the harness, never in the process that runs the program
+(:mod:`rlvr.rewards._sandbox_functions`).
+
+Only bubblewrap hides the host: on the fallbacks the program can read the host's files and write
+wherever the trainer's user can (its /tmp included), and without ``unshare`` it has the network.
+So :func:`run_stdio` and :func:`run_function_tests` refuse to run there (:class:`UnsafeSandboxError`)
+unless called with ``allow_unsafe=True`` (the ``code`` reward's ``allow_unsafe_sandbox`` param).
 """
 
 from __future__ import annotations
@@ -37,14 +44,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.rewards import _sandbox_harness
+from rlvr.errors import RlvrError
+from rlvr.rewards import _sandbox_codec, _sandbox_functions, _sandbox_harness, _sandbox_process
 
 log = logging.getLogger(__name__)
 
 BACKEND_ENV = "RLVR_SANDBOX_BACKEND"  # set by the parent after probing, so workers need not probe
 PYTHON_ENV = "RLVR_SANDBOX_PYTHON"  # the interpreter that runs untrusted code (default: see below)
 _NOBODY = 65534
-_HARNESS_SOURCE = Path(_sandbox_harness.__file__).read_text()
+_INLINED = "# sandbox: inlined"
+
+
+def _harness_script() -> str:
+    """The harness and the modules it uses as one script for ``python -c`` (the sandbox cannot
+    import rlvr): each file in turn, without the imports marked as inlined."""
+    parts = []
+    for module in (_sandbox_codec, _sandbox_process, _sandbox_functions, _sandbox_harness):
+        lines = Path(module.__file__).read_text().splitlines()
+        parts.append("\n".join(line for line in lines if not line.endswith(_INLINED)))
+    return "\n\n".join(parts) + "\n"
+
+
+_HARNESS_SOURCE = _harness_script()
+INSTALL_HINT = "apt-get install -y bubblewrap"
+
+
+class UnsafeSandboxError(RlvrError):
+    """Untrusted code would run without bubblewrap, and the caller did not accept that risk."""
+
+
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -85,30 +113,36 @@ class _Backend:
     drop_to_nobody: bool
 
 
-def run_stdio(code: str, inputs: list[str], limits: Limits = Limits()) -> SandboxResult:
+def run_stdio(
+    code: str, inputs: list[str], limits: Limits = Limits(), *, allow_unsafe: bool = False
+) -> SandboxResult:
     """Run ``code`` once per input (as its stdin); the report has one entry per case."""
-    return _run({"mode": "stdio", "code": code, "inputs": list(inputs)}, limits)
+    config = {"mode": "stdio", "code": code, "inputs": list(inputs)}
+    return _run(config, None, limits, allow_unsafe)
 
 
 def run_function_tests(
-    code: str, test_code: str, entry_point: str | None, limits: Limits = Limits()
+    code: str,
+    test_code: str,
+    entry_point: str | None,
+    limits: Limits = Limits(),
+    *,
+    prelude: str = "",
+    allow_unsafe: bool = False,
 ) -> SandboxResult:
-    """Run ``code`` then the tests (HumanEval ``check(candidate)`` or top-level asserts), one by one.
+    """Load ``code`` in one process and run the tests (HumanEval ``check(candidate)`` or top-level
+    asserts) one statement at a time in another, which calls the program's functions across a
+    pipe. ``prelude`` (trusted, e.g. HumanEval's prompt) defines helpers the tests may call.
 
-    The report has ``total`` (statements with an assert), ``passed`` and ``reached_end``.
+    The report has ``total`` (statements that assert something about the candidate), ``passed``,
+    ``reached_end`` and ``status`` (of the program's process: ``"ok"``, ``"timeout"``, ``"exit"``…).
     """
     try:
-        tests, candidate = _sandbox_harness.split_tests(test_code, entry_point)
+        tests = _sandbox_functions.split_tests(test_code, entry_point, prelude)
     except SyntaxError as exc:
         raise ValueError(f"the test code does not parse: {exc}") from exc
-    config = {
-        "mode": "function",
-        "code": code,
-        "tests": tests,
-        "entry_point": entry_point,
-        "candidate_name": candidate,
-    }
-    return _run(config, limits)
+    config = {"mode": "function", "code": code, "entry_point": entry_point}
+    return _run(config, tests, limits, allow_unsafe)
 
 
 def backend_name() -> str:
@@ -116,7 +150,28 @@ def backend_name() -> str:
     return _backend().name
 
 
-def _run(config: dict[str, Any], limits: Limits) -> SandboxResult:
+def require_isolation(allow_unsafe: bool = False) -> str:
+    """The backend's name when it isolates untrusted code from the host (bubblewrap), or when the
+    caller accepts the risk; otherwise :class:`UnsafeSandboxError` saying what is exposed and how to
+    fix it."""
+    name = _backend().name
+    if name == "bwrap" or allow_unsafe:
+        return name
+    exposed = "read the host's files and write to its /tmp" + (
+        " and open network connections" if name == "rlimits" else ""
+    )
+    raise UnsafeSandboxError(
+        f"the code sandbox needs bubblewrap (bwrap), which is not available here: the fallback "
+        f"({name}) would let model-written code {exposed}. Install it (Debian/Ubuntu: "
+        f"{INSTALL_HINT}), or accept the risk for this reward with the param "
+        "allow_unsafe_sandbox: true."
+    )
+
+
+def _run(
+    config: dict[str, Any], tests: dict[str, Any] | None, limits: Limits, allow_unsafe: bool
+) -> SandboxResult:
+    require_isolation(allow_unsafe)
     backend = _backend()
     start = time.monotonic()
     workdir = "/tmp" if backend.name == "bwrap" else tempfile.mkdtemp(prefix="rlvr-sandbox-")
@@ -158,7 +213,10 @@ def _run(config: dict[str, Any], limits: Limits) -> SandboxResult:
             return SandboxResult(backend.name, error=f"cannot start the sandbox: {exc}")
         os.close(report_w)
         report_w = -1
-        report, stderr, timed_out = _exchange(proc, json.dumps(config).encode(), report_r, limits)
+        messages = _sandbox_codec.encode(config)
+        if tests is not None:
+            messages += _sandbox_codec.encode(tests)
+        report, stderr, timed_out = _exchange(proc, messages, report_r, limits)
     finally:
         for fd in (report_r, report_w):
             if fd >= 0:
@@ -303,10 +361,12 @@ def _backend() -> _Backend:
     os.environ[BACKEND_ENV] = backend.name
     if backend.name != "bwrap":
         log.warning(
-            "bubblewrap (bwrap) is not available: untrusted code runs with rlimits%s but CAN READ "
-            "the host's files. Install it for a read-only, network-less sandbox "
-            "(Debian/Ubuntu: apt-get install -y bubblewrap).",
+            "bubblewrap (bwrap) is not available: untrusted code would run with rlimits%s but could "
+            "READ the host's files and WRITE to its /tmp, so the code reward refuses to run unless "
+            "allow_unsafe_sandbox is set. Install it for a read-only, network-less sandbox "
+            "(Debian/Ubuntu: %s).",
             " and unshare namespaces (no network)" if backend.name == "unshare" else ", WITH network",
+            INSTALL_HINT,
         )
     if root and not drop:
         log.warning(

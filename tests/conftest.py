@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,7 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _rlvr_cache(tmp_path_factory: pytest.TempPathFactory):
+def _rlvr_cache() -> Iterator[str]:
     """Built-in models are converted into a cache private to this test session, not the user's.
 
     ``rlvr.models.bundled`` caches converted models in ``$RLVR_CACHE`` or ``~/.cache/rlvr``. Tests
@@ -22,10 +25,15 @@ def _rlvr_cache(tmp_path_factory: pytest.TempPathFactory):
     opts into the user's cache on purpose).
     """
     chosen = os.environ.get("RLVR_TEST_CACHE")
-    cache = chosen or str(tmp_path_factory.mktemp("rlvr-cache"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RLVR_CACHE", cache)
-        yield cache
+    # Not under pytest's basetemp, which keeps the last three runs: a converted model is 0.5 GB.
+    cache = chosen or tempfile.mkdtemp(prefix="rlvr-test-cache-")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("RLVR_CACHE", cache)
+            yield cache
+    finally:
+        if not chosen:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _rlvr_cache() -> Iterator[str]:
+    """Built-in models are converted into a cache private to this test session, not the user's.
+
+    ``rlvr.models.bundled`` caches converted models in ``$RLVR_CACHE`` or ``~/.cache/rlvr``. Tests
+    that used the user's cache depended on what was there (a stale or half-written model from an
+    older rlvr passed or failed them) and wrote into it. The session shares one cache, so the real
+    model is converted once per run (about 20 s); reusing a cache across runs is an explicit choice:
+    set ``RLVR_TEST_CACHE`` to a directory (CI can persist it; pointing it at ``~/.cache/rlvr``
+    opts into the user's cache on purpose).
+    """
+    chosen = os.environ.get("RLVR_TEST_CACHE")
+    # Not under pytest's basetemp, which keeps the last three runs: a converted model is 0.5 GB.
+    cache = chosen or tempfile.mkdtemp(prefix="rlvr-test-cache-")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("RLVR_CACHE", cache)
+            yield cache
+    finally:
+        if not chosen:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

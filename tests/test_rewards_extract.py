@@ -36,6 +36,12 @@ def test_answer_tag(text, expected):
         (r"\boxed{1} and later \boxed{2}", "2"),
         (r"\boxed{x^{2} + \sqrt{y_{1}}}", r"x^{2} + \sqrt{y_{1}}"),
         (r"\boxed{\boxed{3}}", "3"),
+        # Nested boxes: the outer box is the answer, inner box commands are dropped.
+        (r"\boxed{\frac{1}{\boxed{2}}}", r"\frac{1}{2}"),
+        (r"\boxed{x = \boxed{3}}", "x = 3"),
+        (r"\boxed{\fbox{1} + \boxed{\boxed{2}}} = 3", "1 + 2"),
+        (r"\boxed{2 \boxed{3}", "3"),  # the outer box never closes: the inner one is the last complete
+        (r"\boxed{\boxed{}}", None),
         (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces are text, not nesting
         (r"\boxed{7} then a cut-off \boxed{8", "7"),
         (r"\fbox{9}", "9"),

@@ -174,18 +174,20 @@ def test_gates_are_checked_when_the_pool_is_built():
 
 
 def test_the_batch_deadline_turns_stragglers_into_errors():
-    spec = RewardSpec(name=f"{FIX}:sleep_then_len", label="s", params={"seconds": 0.3})
-    with RewardPool([spec], workers=1, timeout_s=5.0, batch_deadline_s=1.0) as pool:
+    # 16 calls of 0.5 s on one worker need 8 s; the 3 s deadline lets at most 6 finish. Every
+    # margin is seconds wide: one call needs 0.5 s of the 3 s, the batch may overrun by 3 s.
+    spec = RewardSpec(name=f"{FIX}:sleep_then_len", label="s", params={"seconds": 0.5})
+    with RewardPool([spec], workers=1, timeout_s=30.0, batch_deadline_s=3.0) as pool:
         start = time.monotonic()
-        results = pool.score(["ab"] * 8, [ex()] * 8)
+        results = pool.score(["ab"] * 16, [ex()] * 16)
         elapsed = time.monotonic() - start
         stats = pool.take_stats()["s"]
-        after = pool.score(["abc"], [ex()], batch_deadline_s=2.0)
+        after = pool.score(["abc"], [ex()], batch_deadline_s=10.0)
     done = [r for r in results if r.ok]
     late = [r for r in results if not r.ok]
-    assert elapsed < 2.0 and 1 <= len(done) <= 4 and len(done) + len(late) == 8
+    assert elapsed < 6.0 and 1 <= len(done) <= 6 and len(done) + len(late) == 16
     assert all(r.errors == {"s": "batch deadline"} and r.total is None for r in late)
-    assert stats["deadlines"] == len(late) == stats["errors"] and stats["calls"] == 8
+    assert stats["deadlines"] == len(late) == stats["errors"] and stats["calls"] == 16
     assert after[0].total == 3.0
     with pytest.raises(RlvrError, match="batch_deadline_s"):
         RewardPool([spec], workers=1, batch_deadline_s=0)

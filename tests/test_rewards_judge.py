@@ -79,14 +79,16 @@ def test_judge_reward_parses_the_real_reply_and_caches_it(server, tmp_path):
 
 
 def test_judge_retries_with_backoff_then_reports_an_error():
+    # A port held bound but not listening refuses connections, and no other process can take it
+    # while the test runs (a port closed before use could be taken in between).
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again below: nothing listens there
-    client = JudgeClient(url=f"http://127.0.0.1:{port}/v1", retries=2, backoff_s=0.1, timeout_s=1.0)
-    start = time.monotonic()
-    with pytest.raises(JudgeError, match="after 3 attempts"):
-        client.complete([{"role": "user", "content": "hi"}])
-    assert time.monotonic() - start >= 0.3  # 0.1 s then 0.2 s of backoff
+        port = probe.getsockname()[1]
+        client = JudgeClient(url=f"http://127.0.0.1:{port}/v1", retries=2, backoff_s=0.1, timeout_s=1.0)
+        start = time.monotonic()
+        with pytest.raises(JudgeError, match="after 3 attempts"):
+            client.complete([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - start >= 0.3  # 0.1 s then 0.2 s of backoff: a lower bound, never flaky
 
 
 @pytest.mark.parametrize(

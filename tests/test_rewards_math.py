@@ -62,6 +62,56 @@ def test_math_answer_forms(answer, reference, expected):
     assert math(answer, reference) == expected
 
 
+# Cases where math-verify alone (rlvr before issue 15) gave a wrong verdict, and adversarial answers a
+# policy could write to score with a wrong answer. docs/rewards.md tabulates them ("Agreement with
+# external references"); keep the two in step.
+AGREEMENT_CASES = [
+    # (completion, reference, expected, what it checks)
+    ("<answer>1.5e-4</answer>", "0.00015", 1.0, "scientific notation, not 1.5e - 4"),
+    ("<answer>0.00015</answer>", "1.5e-4", 1.0, "scientific notation in the reference"),
+    ("<answer>6.02e23</answer>", r"6.02\times10^{23}", 1.0, "e-notation = LaTeX power of ten"),
+    (r"<answer>6.02\times10^{23}</answer>", "6.02e23", 1.0, "LaTeX power of ten = e-notation"),
+    ("<answer>6.022e23</answer>", "602200000000000000000000", 1.0, "e-notation = the integer"),
+    ("<answer>1.6e-4</answer>", "0.00015", 0.0, "a different number in e-notation"),
+    ("<answer>2e-1</answer>", "2e - 1", 1.0, "Euler's number in the reference: 2e - 1 stays 2e - 1"),
+    ("<answer>2e-1</answer>", "0.2", 1.0, "no Euler's number in the reference: 2e-1 is 0.2"),
+    ("<answer>x<3</answer>", r"(-\infty,3)", 1.0, "solved inequality = interval"),
+    (r"<answer>(-\infty,3)</answer>", "x<3", 1.0, "interval = inequality"),
+    (r"<answer>x \le 3</answer>", r"(-\infty,3)", 0.0, "closed end is not the open interval"),
+    ("<answer>1<x<2</answer>", "(1,2)", 1.0, "double inequality = interval"),
+    (r"<answer>x<1 \text{ or } x>2</answer>", r"(-\infty,1)\cup(2,\infty)", 1.0, "'or' = union"),
+    ("<answer>2x<6</answer>", r"(-\infty,3)", 0.0, "an unsolved inequality is not the answer"),
+    ("<answer>(x-1)(x-2)<0</answer>", "(1,2)", 0.0, "restating the problem is not the answer"),
+    ("<answer>x+1=4</answer>", "x=3", 0.0, "restating the equation is not the answer"),
+    ("<answer>6/2=3</answer>", "3", 1.0, "a worked equality: its right side"),
+    ("<answer>2=3</answer>", "3", 0.0, "a false equality with the right number last"),
+    ("<answer>0.0000002</answer>", "0.0000001", 0.0, "tiny numbers: 6 significant figures"),
+    ("<answer>1e-7</answer>", "0.0000001", 1.0, "tiny numbers: equal ones still match"),
+    (r"<answer>2\cdot10^{-20}</answer>", "10^{-20}", 0.0, "tiny exact numbers are not chopped to 0"),
+    ("<answer>(0.0000002, 1)</answer>", "(0.0000001, 1)", 0.0, "tiny numbers inside a tuple"),
+    ("<answer>0.0333333</answer>", "1/30", 1.0, "a rounded decimal, 6 significant figures"),
+    (r"\boxed{\frac{1}{\boxed{2}}}", "2", 0.0, "nested box: the inner number is not the answer"),
+    (r"\boxed{\frac{1}{\boxed{2}}}", "1/2", 1.0, "nested box: the outer box is"),
+    (r"\boxed{x = \boxed{3}}", "3", 1.0, "nested box around the value"),
+    (r"\boxed{x = \boxed{3}}", "5", 0.0, "nested box around a wrong value"),
+    (r"The answer is \boxed{}. It is 7", "7", 1.0, "empty box: the later answer counts"),
+    (r"\boxed{3} or maybe \boxed{2}", "3", 0.0, "several boxes: only the last counts"),
+    (r"\boxed{2, 3}", "3", 0.0, "a list of candidates is not the answer"),
+    ("<answer>1,2,3,4,5</answer>", "3", 0.0, "a list of every candidate"),
+    (r"<answer>3 \text{ or } 4</answer>", "3", 0.0, "two alternatives"),
+    (r"<answer>\pm 3</answer>", "3", 0.0, "plus or minus"),
+    (r"<answer>x \in \{3, 4\}</answer>", "3", 0.0, "membership in a candidate set"),
+    ("<answer>0.5</answer>", r"0.5\%", 0.0, "0.5 is not 0.5%"),
+    (r"<answer>50\%</answer>", "1/2", 1.0, "50% is one half"),
+    ("<answer>50</answer>", r"\frac{1}{2}", 0.0, "50 is not one half"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "expected", "why"), AGREEMENT_CASES)
+def test_agreement_cases(completion, reference, expected, why):
+    assert get_reward("math")(completion, ex(reference)) == expected, why
+
+
 def _forms(value: Fraction) -> list[str]:
     """Ways a person or model writes ``value`` (a number with a terminating decimal)."""
     p, q = value.numerator, value.denominator

@@ -290,11 +290,11 @@ def test_timeout_in_the_middle_of_a_chunk_requeues_the_rest():
 
 
 def test_timeout_is_per_call_not_per_chunk():
-    # 16 items on one worker go out in chunks of 4 calls of 0.1 s: each chunk takes longer than the
-    # 0.3 s timeout, yet no single call does, so nothing may time out.
+    # 16 items on one worker go out in chunks of 4 calls of 0.5 s: each chunk (2 s) takes longer
+    # than the 1.5 s timeout, yet no single call comes within a second of it, so nothing may time out.
     n = 16
-    spec = fix("sleep_then_len", label="s", params={"seconds": 0.1})
-    with RewardPool([spec], workers=1, timeout_s=0.3) as pool:
+    spec = fix("sleep_then_len", label="s", params={"seconds": 0.5})
+    with RewardPool([spec], workers=1, timeout_s=1.5) as pool:
         results = pool.score(["abc"] * n, examples(n))
     assert [r.errors for r in results] == [{}] * n
     assert [r.total for r in results] == [3.0] * n

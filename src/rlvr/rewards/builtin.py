@@ -23,6 +23,7 @@ from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
 from rlvr.rewards.extract import ExtractMode, as_number, choice_letter, extract_answer
+from rlvr.rewards.math_equiv import ReferenceUnparsable, math_equivalent
 from rlvr.rewards.registry import get_reward, is_group_reward, register_reward
 from rlvr.rewards.spec import POOL_KWARGS
 
@@ -64,8 +65,10 @@ def math_reward(
 ) -> float:
     """1.0 if the extracted answer is mathematically equivalent to ``example.reference`` (math-verify).
 
-    Equivalence covers integers, decimals, fractions, percentages ("50%" = 0.5), units in
-    ``\\text{}``, intervals, sets, tuples, matrices, LaTeX or plain text, and symbolic expressions.
+    Equivalence covers integers, decimals, fractions, percentages ("50%" = 0.5), scientific
+    notation, units in ``\\text{}``, intervals (and solved inequalities for them), sets, tuples,
+    matrices, LaTeX or plain text, and symbolic expressions; :mod:`rlvr.rewards.math_equiv` says
+    where rlvr corrects math-verify.
 
     math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread and
     silently returned 0 in other frameworks; they are switched off here because the pool enforces
@@ -74,49 +77,15 @@ def math_reward(
     """
     if example.reference is None:
         raise ValueError(f"example {example.id!r} has no reference answer for the math reward")
-    gold = _parse_math(_strip_currency(example.reference))
-    if not gold:
-        raise ValueError(f"math-verify cannot parse the reference {example.reference!r} of {example.id!r}")
     answer = extract_answer(completion, mode=extract)
     if answer is None:
         return 0.0
     if len(answer) > max_answer_chars:
         raise ValueError(f"answer of {len(answer)} characters exceeds max_answer_chars={max_answer_chars}")
-    predicted = _parse_math(_strip_currency(answer))
-    if not predicted:
-        return 0.0
-    _, verify = _math_verify()
-    return 1.0 if verify(gold, predicted, timeout_seconds=None) else 0.0
-
-
-def _strip_currency(text: str) -> str:
-    # "\$10" is ten dollars, but inside math delimiters math-verify reads it as an unknown symbol.
-    return text.replace("\\$", "")
-
-
-@functools.lru_cache(maxsize=1)
-def _math_verify() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    import math_verify
-    from math_verify import grader, parser
-
-    # math-verify warns once that nothing enforces a timeout when its own is off; the pool does.
-    parser.TIMEOUT_WARNING_SHOWN = True
-    grader.TIMEOUT_WARNING_SHOWN = True
-    return math_verify.parse, math_verify.verify
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_math(text: str) -> list[Any]:
-    """Parse with math-verify; bare LaTeX and plain numbers parse only inside math delimiters.
-
-    Cached because the G completions of a group share one reference.
-    """
-    parse, _ = _math_verify()
-    if "$" not in text and "\\boxed" not in text and "\\(" not in text and "\\[" not in text:
-        parsed = parse(f"${text}$", parsing_timeout=None)
-        if parsed:
-            return parsed
-    return parse(text, parsing_timeout=None)
+    try:
+        return 1.0 if math_equivalent(example.reference, answer) else 0.0
+    except ReferenceUnparsable as error:
+        raise ValueError(f"{error} of {example.id!r}") from None
 
 
 @register_reward("exact_match")

@@ -86,9 +86,18 @@ def _answer_tag(text: str) -> str | None:
 
 
 def _boxed(text: str) -> str | None:
+    span = _last_box(text)
+    return _non_empty(_unbox(text[span[0] : span[1]])) if span else None
+
+
+def _last_box(text: str) -> tuple[int, int] | None:
+    """Content span of the box that closes last: the outermost of nested boxes.
+
+    Taking the innermost instead read ``\\boxed{\\frac{1}{\\boxed{2}}}`` as 2: a wrong answer that
+    scored whenever the reference was its denominator.
+    """
     stack: list[int | None] = []  # content start for a box, None for a plain brace
-    best_start = -1
-    best: tuple[int, int] | None = None
+    last: tuple[int, int] | None = None
     for token in _BOX_TOKEN.finditer(text):
         kind = token.group()
         if kind[0] == "\\" and len(kind) == 2:
@@ -97,13 +106,36 @@ def _boxed(text: str) -> str | None:
             if not stack:
                 continue
             start = stack.pop()
-            if start is not None and start > best_start:
-                best_start, best = start, (start, token.start())
+            if start is not None:
+                last = (start, token.start())
         elif kind == "{":
             stack.append(None)
         else:
             stack.append(token.end())
-    return _non_empty(text[best[0] : best[1]]) if best else None
+    return last
+
+
+def _unbox(content: str) -> str:
+    """``content`` without the ``\\boxed{`` / ``\\fbox{`` commands nested in it (their contents stay)."""
+    pieces: list[str] = []
+    stack: list[bool] = []  # per open brace: whether it belongs to a box command
+    copied = 0
+    for token in _BOX_TOKEN.finditer(content):
+        kind = token.group()
+        if kind[0] == "\\" and len(kind) == 2:
+            continue
+        if kind == "}":
+            if stack and stack.pop():
+                pieces.append(content[copied : token.start()])
+                copied = token.end()
+        elif kind == "{":
+            stack.append(False)
+        else:
+            pieces.append(content[copied : token.start()])
+            copied = token.end()
+            stack.append(True)
+    pieces.append(content[copied:])
+    return "".join(pieces)
 
 
 def _answer_line(text: str) -> str | None:

@@ -10,6 +10,12 @@ carries them as an extra column, which the file loader puts in ``metadata`` (loa
 The ``ifeval`` reward is the fraction of constraints satisfied (or, with ``all_or_nothing``, 1.0
 only when all are). Constraint types and their arguments are listed in :data:`CONSTRAINTS`; an
 unknown type or a missing argument is a reward *error* naming it, never a silent 0.
+
+Examples in the official IFEval format (``metadata["instruction_id_list"]`` and ``["kwargs"]``,
+see :func:`rlvr.rewards.ifeval_official.load_ifeval`) are checked with the official definitions.
+With ``strict=True`` rlvr's own types that have an official counterpart follow it too: paragraphs
+only at ``***`` dividers, only ``*`` / ``-`` bullets (no numbered items), lower/upper case only for
+English text.
 """
 
 from __future__ import annotations
@@ -20,27 +26,20 @@ from collections.abc import Callable
 from typing import Any
 
 from rlvr.data.example import Example
+from rlvr.rewards import ifeval_text
+from rlvr.rewards.ifeval_official import check_instruction, count_bullets, star_paragraphs
 from rlvr.rewards.registry import register_reward
 
-_WORD = re.compile(r"\b\w+\b")
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n|^\s*\*\s*\*\s*\*\s*$", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*(?:[*+-]|\d+[.)])[ \t]+\S", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\[[^\[\]\n]+\]")
-_TITLE = re.compile(r"<<[^<>\n]+>>")
+_TITLE = re.compile(r"<<([^<>\n]+)>>")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCED_JSON = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL | re.IGNORECASE)
 
 
-def count_words(text: str) -> int:
-    return len(_WORD.findall(text))
-
-
-def count_sentences(text: str) -> int:
-    """Sentence ends (., !, ? followed by space or the end), plus an unterminated last sentence."""
-    ends = list(_SENTENCE_END.finditer(text))
-    tail = text[ends[-1].end() :] if ends else text
-    return len(ends) + (1 if tail.strip() else 0)
+count_words = ifeval_text.count_words
+count_sentences = ifeval_text.count_sentences
 
 
 def paragraphs(text: str) -> list[str]:
@@ -143,7 +142,11 @@ CONSTRAINTS: dict[str, tuple[Callable[[str, dict[str, Any]], bool], tuple[str, .
         ("n",),
         "at least n [placeholders] in square brackets",
     ),
-    "title": (lambda t, a: _TITLE.search(t) is not None, (), "a title in <<double angle brackets>>"),
+    "title": (
+        lambda t, a: any(title.strip() for title in _TITLE.findall(t)),
+        (),
+        "a title in <<double angle brackets>>, not blank",
+    ),
     "quotation": (_quoted, (), "the whole response is wrapped in double quotes"),
     "postscript": (
         lambda t, a: re.search(rf"^\s*{re.escape(a.get('marker', 'P.S.'))}", t, re.MULTILINE) is not None,
@@ -153,8 +156,31 @@ CONSTRAINTS: dict[str, tuple[Callable[[str, dict[str, Any]], bool], tuple[str, .
 }
 
 
-def check_constraint(text: str, constraint: dict[str, Any]) -> bool:
-    """Whether ``text`` satisfies one constraint ``{"type": ..., **args}``; bad specs raise."""
+def _strict_paragraphs(text: str) -> int:
+    count = star_paragraphs(text)
+    return -1 if count is None else count  # an empty paragraph between dividers matches no n
+
+
+def _english_case(text: str, upper: bool) -> bool:
+    return (text.isupper() if upper else text.islower()) and ifeval_text.detect_language(text) == "en"
+
+
+# The official IFEval definitions of rlvr types that have a counterpart there (``strict=True``).
+STRICT_CONSTRAINTS: dict[str, Callable[[str, dict[str, Any]], bool]] = {
+    "min_paragraphs": lambda t, a: _strict_paragraphs(t) >= int(a["n"]),
+    "max_paragraphs": lambda t, a: 0 <= _strict_paragraphs(t) <= int(a["n"]),
+    "paragraphs": lambda t, a: _strict_paragraphs(t) == int(a["n"]),
+    "bullet_count": lambda t, a: _relation(count_bullets(t), {"relation": "exactly", **a}),
+    "lowercase": lambda t, a: _english_case(t, upper=False),
+    "uppercase": lambda t, a: _english_case(t, upper=True),
+}
+
+
+def check_constraint(text: str, constraint: dict[str, Any], strict: bool = False) -> bool:
+    """Whether ``text`` satisfies one constraint ``{"type": ..., **args}``; bad specs raise.
+
+    ``strict``: use the official IFEval definition where the type has one (:data:`STRICT_CONSTRAINTS`).
+    """
     if not isinstance(constraint, dict) or "type" not in constraint:
         raise ValueError(f"a constraint must be an object with a 'type', got {constraint!r:.100}")
     kind = constraint["type"]
@@ -164,6 +190,8 @@ def check_constraint(text: str, constraint: dict[str, Any]) -> bool:
     missing = [name for name in required if name not in constraint]
     if missing:
         raise ValueError(f"constraint {kind!r} needs {missing[0]!r}")
+    if strict and kind in STRICT_CONSTRAINTS:
+        checker = STRICT_CONSTRAINTS[kind]
     return bool(checker(text, constraint))
 
 
@@ -174,20 +202,46 @@ def response_text(completion: str, strip_think: bool = True) -> str:
 
 @register_reward("ifeval")
 def ifeval_reward(
-    completion: str, example: Example, *, all_or_nothing: bool = False, strip_think: bool = True
+    completion: str,
+    example: Example,
+    *,
+    all_or_nothing: bool = False,
+    strip_think: bool = True,
+    strict: bool = False,
 ) -> float:
-    """Fraction of ``example.metadata["constraints"]`` the completion satisfies.
+    """Fraction of the example's constraints the completion satisfies.
 
-    ``all_or_nothing``: 1.0 only when every constraint holds (IFEval's strict prompt-level score).
+    Constraints are ``metadata["constraints"]`` (rlvr's types) or, for rows in the official IFEval
+    format, ``metadata["instruction_id_list"]`` with ``metadata["kwargs"]``.
+    ``all_or_nothing``: 1.0 only when every constraint holds (IFEval's prompt-level score).
     ``strip_think``: check the response without its ``<think>…</think>`` reasoning.
+    ``strict``: the official checker's definitions wherever rlvr's differ (module docstring).
     """
-    constraints = example.metadata.get("constraints")
-    if isinstance(constraints, str):
-        constraints = json.loads(constraints)  # a CSV cell carries the list as JSON text
+    text = response_text(completion, strip_think)
+    checks = _checks(example)
+    passed = sum(check(text, strict) for check in checks)
+    if all_or_nothing:
+        return 1.0 if passed == len(checks) else 0.0
+    return passed / len(checks)
+
+
+def _checks(example: Example) -> list[Callable[[str, bool], bool]]:
+    metadata = example.metadata
+    if "instruction_id_list" in metadata:
+        ids, kwargs = _json_cell(metadata["instruction_id_list"]), _json_cell(metadata.get("kwargs"))
+        if not isinstance(ids, list) or not ids or not isinstance(kwargs, list) or len(kwargs) != len(ids):
+            raise ValueError(
+                f"example {example.id!r}: 'instruction_id_list' and 'kwargs' must be lists of one length"
+            )
+        return [
+            lambda text, strict, i=i, k=k: check_instruction(text, i, k, strict)
+            for i, k in zip(ids, kwargs, strict=True)
+        ]
+    constraints = _json_cell(metadata.get("constraints"))
     if not isinstance(constraints, list) or not constraints:
         raise ValueError(f"example {example.id!r} has no metadata['constraints'] list")
-    text = response_text(completion, strip_think)
-    passed = sum(check_constraint(text, c) for c in constraints)
-    if all_or_nothing:
-        return 1.0 if passed == len(constraints) else 0.0
-    return passed / len(constraints)
+    return [lambda text, strict, c=c: check_constraint(text, c, strict) for c in constraints]
+
+
+def _json_cell(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value  # a CSV cell carries lists as JSON text

@@ -76,12 +76,12 @@ def majority_vote_reward(
 def _math_same(a: str, b: str) -> bool:
     if a.strip() == b.strip():
         return True
-    from rlvr.rewards.builtin import _math_verify, _parse_math
+    from rlvr.rewards.math_equiv import ReferenceUnparsable, math_equivalent
 
-    parsed_a, parsed_b = _parse_math(a), _parse_math(b)
-    if not parsed_a or not parsed_b:
+    try:
+        return math_equivalent(a, b)
+    except ReferenceUnparsable:  # neither is a reference here: answers math-verify cannot read
         return a.strip().casefold() == b.strip().casefold()
-    return bool(_math_verify()[1](parsed_a, parsed_b, timeout_seconds=None))
 
 
 def self_certainty(top_logprobs: Sequence[Sequence[float]], vocab_size: int | None = None) -> float:

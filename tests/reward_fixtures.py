@@ -104,6 +104,12 @@ def scaled_len(completion, example, *, scale: float = 1.0):
     return scale * len(completion)
 
 
+def scaled_len_odd_ids(completion, example, *, scale: float = 1.0):
+    """``scaled_len`` for examples whose id ends in an odd number, 0 for the rest: every other
+    group has equal rewards, so dynamic sampling drops it."""
+    return scale * len(completion) if int(example.id.rsplit("-", 1)[-1]) % 2 else 0.0
+
+
 @register_group_reward("fixture_group_len")
 def group_len(completions, example, *, completion_tokens=None):
     """Each completion's length, plus its rank in the group (so the test sees the whole group)."""

@@ -59,6 +59,7 @@ def test_the_learner_fed_from_the_file_makes_the_live_update(tmp_path) -> None:
     learner = Learner(cfg, policy, pad_id)
     metrics = learner.update(kept, [g for g, _ in pairs])
     assert learner.version == 1
+    assert metrics["update/loss_scale"] < 1.0  # the dropped group counts in the normalisation
 
     live = load_model(str(run / "checkpoints" / "step-000001" / "model"))
     for (name, a), b in zip(learner.model.named_parameters(), live.parameters()):
@@ -70,6 +71,7 @@ def test_the_learner_fed_from_the_file_makes_the_live_update(tmp_path) -> None:
     samples = read_jsonl(run / "samples.jsonl")
     advantages = [t.advantage for g, keep in pairs for t in g.trajectories]
     assert advantages == [s["advantage"] for s in samples]
+    assert advantages == [r["advantage"] for r in read_jsonl(run / "trajectories.jsonl")]
     assert sum(a is None for a in advantages) == sum(len(g) for g, keep in pairs if not keep)
 
 

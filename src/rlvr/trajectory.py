@@ -150,6 +150,7 @@ def trajectory_record(t: Trajectory, group: int, kept: bool, **extra: Any) -> di
         "rewards": t.rewards,
         "errors": t.errors,
         "turn_rewards": t.turn_rewards,
+        "advantage": t.advantage,
     }
 
 

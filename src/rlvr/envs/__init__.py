@@ -1,0 +1,5 @@
+"""Environments and tools for multi-turn episodes, registered by name."""
+
+from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_env
+
+__all__ = ["ENVIRONMENTS", "Environment", "Step", "make_env", "register_env"]

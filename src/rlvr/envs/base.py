@@ -1,0 +1,74 @@
+"""Environments: what the policy talks to over several turns (tools, games, search).
+
+An :class:`Environment` holds one episode's state. The multi-turn rollout asks it for the
+opening conversation (:meth:`Environment.reset`), then alternates: the model writes a turn (its
+sampled tokens, decoded only for the environment to read), the environment answers with
+:meth:`Environment.step` — messages to append (a tool's result, a game's new state), a reward for
+the turn, and whether the episode is over. The model's tokens enter the trajectory exactly as
+sampled; the environment's messages enter as context tokens that are attended to but never
+trained on (:mod:`rlvr.trajectory`).
+
+Environments are registered by name (:func:`register_env`) and built per episode from
+``params`` (YAML), so a dataset can route each example to its own environment.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.data.example import Example
+from rlvr.registry import Registry
+
+Message = dict[str, str]
+
+
+@dataclass
+class Step:
+    """The environment's answer to one model turn.
+
+    ``messages`` are appended to the conversation (role ``tool`` for a tool's result, ``user`` for
+    a game's or a person's reply); empty when the episode ends without one. ``reward`` is this
+    turn's reward (placed on the turn's last sampled token). ``info`` holds counters the run
+    reports summed over episodes (e.g. ``tool_calls``, ``tool_errors``).
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, float] = field(default_factory=dict)
+
+
+class Environment(ABC):
+    """One episode of an interactive task. Subclasses set ``stop_strings`` when a model turn ends
+    at a closing tag (``</tool_call>``) rather than at the end of the message."""
+
+    stop_strings: tuple[str, ...] = ()
+
+    def reset(self, example: Example, rng: random.Random) -> list[Message]:
+        """The conversation the model answers first (default: the example's prompt)."""
+        return list(example.prompt)
+
+    @abstractmethod
+    def step(self, text: str) -> Step:
+        """React to the model's turn ``text`` (its sampled tokens, decoded)."""
+
+    def outcome(self) -> dict[str, float]:
+        """Numbers about the finished episode for the logs (e.g. ``solved``); default none."""
+        return {}
+
+
+EnvFactory = Callable[..., Environment]
+ENVIRONMENTS: Registry[EnvFactory] = Registry("environment")
+
+
+def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
+    """Register an environment class (or any callable taking ``**params``) under ``name``."""
+    return ENVIRONMENTS.register(name)
+
+
+def make_env(name: str, params: dict[str, Any] | None = None) -> Environment:
+    return ENVIRONMENTS.get(name)(**(params or {}))

@@ -103,6 +103,11 @@ class Trajectory:
         return [lp for s in self.segments for lp in (s.logprobs or [0.0] * len(s.token_ids))]
 
     @property
+    def logprobs(self) -> list[float]:
+        """The sampling logprobs of the sampled tokens only, in order (what token-level rewards read)."""
+        return [lp for s in self.segments if s.kind == SAMPLED for lp in s.logprobs or []]
+
+    @property
     def num_sampled(self) -> int:
         return sum(len(s.token_ids) for s in self.segments if s.kind == SAMPLED)
 

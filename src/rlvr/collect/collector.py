@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +30,14 @@ from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.config import RunConfig
 from rlvr.data import Example
 from rlvr.data.sampler import PromptSampler
+from rlvr.envs import ENVIRONMENTS, Environment, make_env
 from rlvr.eval.evaluate import evaluate
 from rlvr.log import eval_progress
 from rlvr.models.chat import encode_prompt
 from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.chat_ledger import check_template
+from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes
 from rlvr.trajectory import Trajectory, TrajectoryGroup
 
 
@@ -66,9 +70,17 @@ class Collector:
         self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
         self.train_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.train_examples]
         self.eval_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.eval_examples]
-        self.pool = training_pool(cfg.rewards)
-        self.eval_pool = eval_pool(cfg.rewards)
+        self.pool = training_pool(cfg.rewards) if cfg.rewards.functions else None
+        self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
+        self.tokenizer = tokenizer
+        self.limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens, cfg.env.step_timeout_s)
+        self.episode_stats = EpisodeStats()
+        self._pool_threads: ThreadPoolExecutor | None = None
+        if any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)):
+            check_template(tokenizer)
+            for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
+                ENVIRONMENTS.get(name)  # an unknown name fails now, naming the registered ones
         self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
 
     # ----------------------------------------------------------------------------- state
@@ -84,34 +96,85 @@ class Collector:
         self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
 
     # ----------------------------------------------------------------------------- sampling
-    def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
-        """``rollout.group_size`` scored trajectories for each training example in ``indices``."""
+    def _params(self) -> SamplingParams:
         r = self.cfg.rollout
-        params = SamplingParams(
+        return SamplingParams(
             n=r.group_size,
             temperature=r.temperature,
             top_p=r.top_p,
             max_new_tokens=r.max_new_tokens,
             ignore_eos=r.ignore_eos,
         )
-        completions = self.engine.generate([self.train_prompts[i] for i in indices], params)
+
+    def env_of(self, example: Example) -> str | None:
+        """The environment an example plays out in (its ``metadata.env``, else ``env.name``), or None."""
+        return example.metadata.get("env") or self.cfg.env.name
+
+    def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
+        """``rollout.group_size`` scored trajectories for each training example in ``indices``:
+        one completion each, or one multi-turn episode each for examples routed to an environment."""
+        routed = [bool(self.env_of(self.train_examples[i])) for i in indices]
+        single = iter(
+            self._single_turn_groups([i for i, r in zip(indices, routed) if not r]) if not all(routed) else []
+        )
+        multi = iter(self._episode_groups([i for i, r in zip(indices, routed) if r]) if any(routed) else [])
+        return [next(multi) if r else next(single) for r in routed]
+
+    def _single_turn_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
+        completions = self.engine.generate([self.train_prompts[i] for i in indices], self._params())
         flat = [c for g in completions for c in g]
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
         results = score_completions(self.pool, flat, examples, [len(g) for g in completions])
         version = getattr(self.engine, "policy_version", 0)
-        zero_on_error = self.cfg.rewards.on_error == "zero"
         groups, at = [], 0
         for index, group in zip(indices, completions):
             trajectories = []
             for c in group:
                 t = Trajectory.from_completion(c, index, self.train_examples[index].id, version)
-                result = results[at]
+                self._set_reward(t, results[at])
                 at += 1
-                t.rewards, t.errors = dict(result.components), dict(result.errors)
-                t.reward = result.total if result.total is not None else (0.0 if zero_on_error else None)
                 trajectories.append(t)
             groups.append(TrajectoryGroup(index, trajectories))
         return groups
+
+    def _episode_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
+        examples = [(i, self.train_examples[i]) for i in indices]
+        groups = run_episodes(
+            self.engine,
+            self.tokenizer,
+            examples,
+            self._make_env,
+            self._params(),
+            self.limits,
+            self._threads(),
+            self.episode_stats,
+        )
+        flat = [t for g in groups for t in g]
+        results = [None] * len(flat)
+        if self.pool is not None:
+            results = score_completions(
+                self.pool,
+                flat,
+                [self.train_examples[t.example_index] for t in flat],
+                [len(g) for g in groups],
+            )
+        version = getattr(self.engine, "policy_version", 0)
+        for t, result in zip(flat, results):
+            t.example_id, t.policy_version = self.train_examples[t.example_index].id, version
+            self._set_reward(t, result)
+        return [TrajectoryGroup(i, g) for i, g in zip(indices, groups)]
+
+    def _set_reward(self, t: Trajectory, result) -> None:
+        """The trained-on total: the rewards' total plus the environment's turn rewards; None (or 0
+        with ``rewards.on_error=zero``) when a reward or the environment failed."""
+        env_components = dict(t.rewards)
+        if result is not None:
+            t.rewards = {**result.components, **env_components}
+            t.errors = {**dict(result.errors), **t.errors}
+        total = (result.total if result is not None else 0.0) if not t.errors else None
+        if total is not None:
+            total += sum(t.turn_rewards)
+        t.reward = total if total is not None else (0.0 if self.cfg.rewards.on_error == "zero" else None)
 
     def collect(self, count: int | None = None, greedy_baseline: bool = False) -> Collection:
         """Sample ``count`` groups (default ``rollout.prompts_per_step``), drop the uninformative ones.
@@ -196,6 +259,29 @@ class Collector:
     def _score_eval(self, completions: list, examples: list[Example]) -> list:
         return score_completions(self.eval_pool, completions, examples)
 
+    def _make_env(self, example: Example) -> Environment:
+        name = self.env_of(example)
+        params = example.metadata.get("env_params") or (
+            self.cfg.env.params if name == self.cfg.env.name else {}
+        )
+        return make_env(name, params)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool_threads is None:
+            self._pool_threads = ThreadPoolExecutor(self.cfg.env.threads, thread_name_prefix="rlvr-env")
+        return self._pool_threads
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Turns, environment counters and model vs environment time since the previous call."""
+        s, self.episode_stats = self.episode_stats, EpisodeStats()
+        if not s.counters:
+            return {}
+        metrics = {f"env/{k}": v for k, v in s.counters.items()}
+        return {**metrics, "time/model_s": s.model_s, "time/env_s": s.env_s}
+
     def close(self) -> None:
-        self.pool.close()
-        self.eval_pool.close()
+        for pool in (self.pool, self.eval_pool):
+            if pool is not None:
+                pool.close()
+        if self._pool_threads is not None:
+            self._pool_threads.shutdown(wait=False, cancel_futures=True)

@@ -87,6 +87,21 @@ class RolloutConfig(Section):
     )
 
 
+class EnvConfig(Section):
+    name: str | None = Field(
+        None,
+        description="Registered environment (rlvr.envs) every example plays out in over several turns; "
+        "an example's metadata.env overrides it. None: single-turn completions.",
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment.")
+    max_turns: int = Field(4, ge=1, description="Model turns per episode.")
+    max_tokens: int = Field(
+        512, ge=1, description="Response tokens per episode (model and environment) before it is cut."
+    )
+    step_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one environment step.")
+    threads: int = Field(8, ge=1, description="Environment steps run concurrently on this many threads.")
+
+
 class RewardItem(Section):
     name: str = Field(description="Registered reward name or 'module:function'.")
     weight: float = Field(1.0, description="Weight in the total reward.")
@@ -304,6 +319,7 @@ class RunConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)

@@ -58,14 +58,15 @@ def score_completions(
     examples: Sequence[Example],
     group_sizes: list[int] | None = None,
 ) -> list[RewardResult]:
-    """Score rollout completions (anything with ``text``, ``token_ids``, ``logprobs``, ``finish_reason``).
+    """Score rollout completions or trajectories (anything with ``text``, a length in sampled tokens,
+    ``logprobs`` of them, ``finish_reason``); a trajectory's ``text`` is its final model turn.
 
     ``group_sizes`` lets group rewards (majority vote, …) see each prompt's completions together.
     """
     return pool.score(
         [c.text for c in completions],
         list(examples),
-        [len(c.token_ids) for c in completions],
+        [len(c) for c in completions],
         [c.finish_reason for c in completions],
         group_sizes=group_sizes,
         token_logprobs=[list(c.logprobs) for c in completions],

@@ -22,6 +22,9 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 64
     ignore_eos: bool = False  # run every sequence to max_new_tokens (fixed-work benchmarks)
+    # a sequence also ends at the token where one of these strings completes (e.g. "</tool_call>");
+    # its finish_reason is then "stop_string" and the token is kept
+    stop_strings: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -36,7 +39,7 @@ class Completion:
     prompt_ids: list[int]
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" (hit EOS) or "length" (hit max_new_tokens)
+    finish_reason: str  # "stop" (EOS), "stop_string" (a stop string completed) or "length" (max_new_tokens)
     text: str = ""
 
     def __len__(self) -> int:

@@ -80,6 +80,22 @@ class HFEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
 
+    def _stop_string_rows(
+        self, alive: list[int], tokens: list[list[int]], stop_strings: tuple[str, ...], done: torch.Tensor
+    ) -> list[int]:
+        """Batch rows whose newest token completes one of ``stop_strings`` (rows already done by EOS
+        excluded). Only the tail is decoded; a string seen in the tail ends the sequence at once, so it
+        cannot have completed at an earlier token."""
+        tail = _tail_tokens(stop_strings)
+        hit = []
+        for row, seq in enumerate(alive):
+            if done[row]:
+                continue
+            text = self.tokenizer.decode(tokens[seq][-tail:], skip_special_tokens=False)
+            if any(s in text for s in stop_strings):
+                hit.append(row)
+        return hit
+
     def decode_path(self, rows: int, params: SamplingParams) -> str:
         """How a call decoding ``rows`` sequences at once runs its decode steps: ``"fused"`` (the
         fused, packed Llama step), ``"packed"`` (transformers' forward through packed ``nn.Linear``
@@ -165,6 +181,11 @@ class HFEngine:
             )
             for row in done.nonzero().flatten().tolist():
                 finish[alive[row]] = "stop"
+            if params.stop_strings:
+                hit = self._stop_string_rows(alive.tolist(), tokens, params.stop_strings, done)
+                for row in hit:
+                    finish[alive[row]] = "stop_string"
+                    done[row] = True
             if step == params.max_new_tokens - 1:
                 break
             if done.any():
@@ -205,6 +226,11 @@ class HFEngine:
                 )
             groups.append(group)
         return groups
+
+
+def _tail_tokens(stop_strings: tuple[str, ...]) -> int:
+    """Tokens to decode to see any of ``stop_strings`` complete (a token is at least one character)."""
+    return max(len(s) for s in stop_strings) + 1
 
 
 def _default_stop_ids(model: torch.nn.Module, tokenizer) -> list[int]:

@@ -149,6 +149,7 @@ class Orchestrator:
             }
         )
         metrics.update(self.collector.reward_error_metrics())
+        metrics.update(self.collector.episode_metrics())  # turns, tool calls, env time (multi-turn only)
         for record in self.collector.sample_records(collection.seen, self.step, self.cfg.train.log_samples):
             self.logs["samples.jsonl"].write(record)
         if self.cfg.train.log_trajectories:

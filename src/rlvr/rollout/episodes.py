@@ -1,0 +1,198 @@
+"""Multi-turn episodes: the model and its environments take turns until each episode ends.
+
+Every example gets ``n`` episodes (a group), each with its own environment instance built from the
+same seed. The episodes of a batch advance together: each round decodes all live episodes in
+batched ``generate`` calls (the first round shares each group's prompt, prefilled once), then every
+environment reacts to its model turn concurrently in a thread pool, with a timeout per step, and
+finished episodes drop out. The conversation is kept as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`,
+so the trajectory holds the model's tokens exactly as sampled and the environment's as context.
+
+An episode ends when its environment says so, at ``max_turns`` model turns, or when its response
+would pass ``max_tokens``. Its ``finish_reason`` is ``"stop"`` when the environment ended it,
+``"max_turns"``, or ``"length"`` when it ran out of tokens (the token budget, or a last turn cut at
+``max_new_tokens``), which is what overlong filters and penalties read. An environment that raises
+or times out ends its episode with an error (``errors["env"]``): the collector handles it like a
+reward error, never as a silent zero.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as StepTimeout
+from dataclasses import dataclass, field, replace
+
+from rlvr.data.example import Example
+from rlvr.envs.base import Environment, Step
+from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.rollout.chat_ledger import ChatLedger
+from rlvr.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_turns: int = 4  # model turns per episode
+    max_tokens: int = 512  # response tokens per episode (model and environment), beyond the prompt
+    step_timeout_s: float = 10.0  # wall-clock limit of one environment step
+
+
+@dataclass
+class Episode:
+    env: Environment
+    ledger: ChatLedger
+    example_index: int
+    turns: int = 0
+    done: bool = False
+    finish_reason: str = "length"
+    last_text: str = ""
+    turn_rewards: list[float] = field(default_factory=list)
+    info: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class EpisodeStats:
+    """Totals over a batch of episodes, for the step's metrics."""
+
+    model_s: float = 0.0
+    env_s: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+def _seed_of(example: Example, fallback: int) -> int:
+    seed = example.metadata.get("seed", fallback)
+    return seed if isinstance(seed, int) else fallback
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    tokenizer,
+    examples: list[tuple[int, Example]],
+    make_env: Callable[[Example], Environment],
+    params: SamplingParams,
+    limits: EpisodeLimits,
+    threads: ThreadPoolExecutor,
+    stats: EpisodeStats | None = None,
+) -> list[list[Trajectory]]:
+    """``params.n`` episodes for each ``(example_index, example)``; trajectories grouped per example."""
+    stats = stats if stats is not None else EpisodeStats()
+    eos_ids = set(getattr(engine, "stop_token_ids", []) or [tokenizer.eos_token_id])
+    groups: list[list[Episode]] = []
+    for index, example in examples:
+        group = []
+        for _ in range(params.n):
+            env = make_env(example)
+            messages = env.reset(example, random.Random(_seed_of(example, index)))
+            group.append(Episode(env, ChatLedger(tokenizer, messages), index))
+        if any(e.ledger.prompt_ids != group[0].ledger.prompt_ids for e in group):
+            raise ValueError(f"example {example.id}: the episodes of a group must open with the same prompt")
+        groups.append(group)
+
+    first = True
+    while True:
+        live = [e for g in groups for e in g if not e.done]
+        if not live:
+            break
+        began = time.perf_counter()
+        if first:  # one prefill per group; the group's episodes are its n samples
+            _model_turns(engine, tokenizer, [g for g in groups], params, limits, eos_ids, grouped=True)
+            first = False
+        else:
+            _model_turns(engine, tokenizer, [[e] for e in live], replace(params, n=1), limits, eos_ids)
+        stats.model_s += time.perf_counter() - began
+        began = time.perf_counter()
+        _env_turns([e for e in live if not e.done], threads, limits)
+        stats.env_s += time.perf_counter() - began
+
+    out = []
+    for group in groups:
+        out.append([_trajectory(e) for e in group])
+        for e in group:
+            stats.counters["turns"] = stats.counters.get("turns", 0.0) + e.turns
+            stats.counters["truncated"] = stats.counters.get("truncated", 0.0) + (
+                e.finish_reason == "truncated"
+            )
+            stats.counters["env_errors"] = stats.counters.get("env_errors", 0.0) + (e.error is not None)
+            for key, value in e.info.items():
+                stats.counters[key] = stats.counters.get(key, 0.0) + value
+    return out
+
+
+def _model_turns(
+    engine: RolloutEngine,
+    tokenizer,
+    batches: list[list[Episode]],
+    params: SamplingParams,
+    limits: EpisodeLimits,
+    eos_ids: set[int],
+    grouped: bool = False,
+) -> None:
+    """Let every live episode write one turn, batching episodes that share stop strings."""
+    by_stops: dict[tuple[str, ...], list[list[Episode]]] = {}
+    for batch in batches:
+        live = [e for e in batch if not e.done]
+        if live:
+            by_stops.setdefault(tuple(live[0].env.stop_strings), []).append(live)
+    for stops, lists in by_stops.items():
+        room = min(
+            limits.max_tokens - max(e.ledger.response_length for b in lists for e in b), params.max_new_tokens
+        )
+        if room <= 0:
+            for e in (e for b in lists for e in b):
+                e.done, e.finish_reason = True, "length"
+            continue
+        turn = replace(params, max_new_tokens=room, stop_strings=stops or params.stop_strings)
+        completions = engine.generate([b[0].ledger.ids for b in lists], turn)
+        for batch, samples in zip(lists, completions):
+            for e, c in zip(batch if grouped else batch[:1], samples):
+                ended_by = (
+                    c.token_ids[-1] if c.finish_reason == "stop" and c.token_ids[-1] in eos_ids else None
+                )
+                body = c.token_ids[:-1] if ended_by is not None else c.token_ids
+                text = tokenizer.decode(body, skip_special_tokens=False)
+                e.ledger.add_model_turn(c.token_ids, c.logprobs, text, ended_by)
+                e.turns += 1
+                e.last_text = tokenizer.decode(body, skip_special_tokens=True)
+                e.finish_reason = c.finish_reason
+
+
+def _env_turns(episodes: list[Episode], threads: ThreadPoolExecutor, limits: EpisodeLimits) -> None:
+    """Every episode's environment reacts to its newest model turn, concurrently."""
+    pending = [(e, threads.submit(e.env.step, e.last_text)) for e in episodes if not e.done]
+    deadline = time.monotonic() + limits.step_timeout_s
+    for e, future in pending:
+        try:
+            step: Step = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except StepTimeout:
+            e.done, e.error = True, f"environment step timed out after {limits.step_timeout_s:g}s"
+            continue
+        except Exception as err:  # an environment bug ends this episode, not the run
+            e.done, e.error = True, f"environment raised {type(err).__name__}: {err}"
+            continue
+        e.turn_rewards.append(float(step.reward))
+        for key, value in step.info.items():
+            e.info[key] = e.info.get(key, 0.0) + float(value)
+        if step.done or e.turns >= limits.max_turns:
+            e.done = True
+            cut = e.finish_reason == "length"  # the last turn itself ran out of tokens
+            e.finish_reason = "length" if cut else ("stop" if step.done else "max_turns")
+            continue
+        e.ledger.add_messages(step.messages)
+        if e.ledger.response_length >= limits.max_tokens:
+            e.done, e.finish_reason = True, "length"
+
+
+def _trajectory(e: Episode) -> Trajectory:
+    outcome = {} if e.error else e.env.outcome()
+    return Trajectory(
+        prompt_ids=e.ledger.prompt_ids,
+        segments=e.ledger.segments,
+        finish_reason=e.finish_reason,
+        text=e.last_text,
+        example_index=e.example_index,
+        turn_rewards=e.turn_rewards,
+        errors={"env": e.error} if e.error else {},
+        rewards={f"env/{k}": float(v) for k, v in outcome.items()},
+    )

@@ -135,3 +135,37 @@ def _failing_setup(params):
 @register_reward("fixture_bad_setup", setup=_failing_setup)
 def bad_setup(completion, example, *, path: str = "model"):
     return 1.0
+
+
+# ------------------------------------------------------------------ trainer-wiring rewards
+# (tests/test_train_wiring.py). They depend on the example's number (the last part of its id,
+# "chain_sum-0-29" -> 29), so a test can tell from samples.jsonl which groups they made constant,
+# which ones errored, and what each group's rewards must be.
+def example_number(example_id: str) -> int:
+    return int(example_id.rsplit("-", 1)[-1])
+
+
+def constant_for_even(completion, example):
+    """0.5 for every completion of an even-numbered example (a group without signal); otherwise a
+    score of the example's number plus a length score (groups differ in mean, completions within a
+    group vary; values stay near 1, where float32 keeps the within-group differences exact enough)."""
+    number = example_number(example.id)
+    return 0.5 if number % 2 == 0 else _varying(number, completion)
+
+
+def _varying(number: int, completion: str) -> float:
+    return number / 64 + 0.01 * len(completion)
+
+
+def fail_some(completion, example):
+    """Raises for even-length completions of odd-numbered examples; otherwise like constant_for_even's
+    varying branch (every group that does not error has signal)."""
+    number = example_number(example.id)
+    if number % 2 == 1 and len(completion) % 2 == 0:
+        raise ValueError(f"planted failure on example {number}")
+    return _varying(number, completion)
+
+
+def correct_only_for(completion, example, *, example_id: str):
+    """1 for every completion of the example ``example_id``, 0 for any other example."""
+    return 1.0 if example.id == example_id else 0.0

@@ -180,3 +180,38 @@ def test_collect_refusals_write_nothing(tmp_path) -> None:
     with pytest.raises(RlvrError, match="does not exist"):
         api.collect(_cfg(tmp_path), str(tmp_path / "missing" / "c.jsonl"), quiet=True)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("on_error", ["skip_group", "zero"])
+def test_a_greedy_baseline_that_cannot_be_scored_is_not_a_silent_zero(
+    tmp_path, monkeypatch, on_error
+) -> None:
+    """ReMax's baseline is a greedy completion's reward: when that reward errors, the group is dropped
+    (skip_group) or its baseline is 0 (zero), as for the group's own rewards."""
+    from rlvr.collect import collector as module
+    from rlvr.collect.collector import Collector
+    from rlvr.data.from_config import build_datasets
+    from rlvr.rewards.results import RewardResult
+
+    real = module.score_completions
+
+    def baseline_fails(pool, completions, examples, group_sizes=None):
+        if group_sizes and all(n == 1 for n in group_sizes):  # the greedy baseline call
+            return [RewardResult(None, {}, {"x": "timeout"}) for _ in completions]
+        return real(pool, completions, examples, group_sizes)
+
+    monkeypatch.setattr(module, "score_completions", baseline_fails)
+    cfg = _cfg(tmp_path, *UPDATE[:1], "algo.advantage=remax", f"rewards.on_error={on_error}")
+    train, _ = build_datasets(cfg.data)
+    tokenizer = load_tokenizer("tiny-random")
+    collector = Collector(cfg, HFEngine(load_model("tiny-random"), tokenizer), tokenizer, train)
+    try:
+        collection = collector.collect(count=4, greedy_baseline=True)
+    finally:
+        collector.close()
+    informative = [g for g in collection.seen if len(set(g.rewards)) > 1]
+    assert informative  # the reward varies in some groups, so only the baseline decides
+    if on_error == "skip_group":
+        assert collection.kept == []
+    else:
+        assert collection.kept == informative and all(g.baseline_reward == 0.0 for g in collection.kept)

@@ -200,24 +200,38 @@ class Collector:
                 break
         kept = kept[:want] if a.refill else kept
         if greedy_baseline and kept:
-            self._add_greedy_baselines(kept)
+            errored = self._add_greedy_baselines(kept)
+            if errored and self.cfg.rewards.on_error == "skip_group":  # no baseline, no advantage
+                kept = [g for g in kept if id(g) not in errored]
         stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
-        first = self.cfg.rewards.functions[0]
-        return Collection(kept, seen, {**stats, **reward_metrics(seen, first.label or first.name)})
+        return Collection(kept, seen, {**stats, **reward_metrics(seen, self.correctness)})
 
-    def _add_greedy_baselines(self, groups: list[TrajectoryGroup]) -> None:
-        """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt."""
+    @property
+    def correctness(self) -> str:
+        """The reward component that says whether an answer is right: the first reward's, or the
+        environment's ``env/solved`` when only the environment rewards."""
+        functions = self.cfg.rewards.functions
+        return (functions[0].label or functions[0].name) if functions else "env/solved"
+
+    def _add_greedy_baselines(self, groups: list[TrajectoryGroup]) -> set[int]:
+        """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt. Returns
+        the ids of groups whose baseline could not be scored (a reward error: 0 under
+        ``rewards.on_error=zero``; such groups are dropped under ``skip_group``)."""
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens)
         greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
         examples = [self.train_examples[g.example_index] for g in groups]
         results = score_completions(self.pool, [c[0] for c in greedy], examples, [1] * len(groups))
+        errored = set()
         for group, result in zip(groups, results):
             group.baseline_reward = result.total if result.total is not None else 0.0
+            if result.total is None:
+                errored.add(id(group))
+        return errored
 
     def reward_error_metrics(self) -> dict[str, float]:
         """Reward errors by kind and reward since the previous call (``reward_errors/<label>/<kind>``)."""
         metrics = {}
-        for label, counts in self.pool.take_stats().items():
+        for label, counts in (self.pool.take_stats() if self.pool is not None else {}).items():
             metrics.update(
                 {f"reward_errors/{label}/{k}": float(v) for k, v in counts.items() if k != "calls"}
             )

@@ -90,7 +90,6 @@ def collect_to_file(
     seen: list[TrajectoryGroup] = []
     kept = 0
     errors: dict[str, float] = {}
-    first = cfg.rewards.functions[0]
     try:
         writer = JsonlWriter(tmp)
         with _progress(console, quiet) as progress, torch.no_grad():
@@ -103,7 +102,7 @@ def collect_to_file(
                 kept += len(batch.kept)
                 for key, value in collector.reward_error_metrics().items():
                     errors[key] = errors.get(key, 0.0) + value
-                so_far = reward_metrics(seen, first.label or first.name)
+                so_far = reward_metrics(seen, collector.correctness)
                 progress.update(
                     task,
                     completed=min(len(seen), want),
@@ -122,6 +121,6 @@ def collect_to_file(
         "groups/sampled": float(len(seen)),
         "groups/kept": float(kept),
         "trajectories": float(sum(len(g) for g in seen)),
-        **reward_metrics(seen, first.label or first.name),
+        **reward_metrics(seen, collector.correctness),
         **errors,
     }

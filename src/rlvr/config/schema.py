@@ -330,6 +330,11 @@ class RunConfig(Section):
     def _check(self) -> RunConfig:
         if self.eval.samples and max(self.eval.pass_k) > self.eval.samples:
             raise ValueError(f"eval.pass_k has k={max(self.eval.pass_k)} > eval.samples={self.eval.samples}")
+        if not self.rewards.functions and not self.env.name:
+            raise ValueError(
+                "rewards.functions is empty: give at least one reward, or an environment (env.name) "
+                "whose turn rewards score the episodes"
+            )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")
         return self

@@ -58,9 +58,15 @@ def train(
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
         if metrics:
+            extra = (
+                f"answer tags {metrics['eval/answer_tag_rate']:.1%}"
+                if "eval/answer_tag_rate" in metrics
+                else f"turns {metrics['eval/turns']:.2f}  tool calls {metrics['eval/tool_calls']:.2f}  "
+                f"tool errors {metrics['eval/tool_errors']:.2f} per episode"
+            )
             console.print(
-                f"held-out {label:6s}: accuracy {metrics['eval/accuracy']:.1%}  "
-                f"answer tags {metrics['eval/answer_tag_rate']:.1%}  (n={int(metrics['eval/size'])})"
+                f"held-out {label:6s}: accuracy {metrics['eval/accuracy']:.1%}  {extra}  "
+                f"(n={int(metrics['eval/size'])})"
             )
             by_group = _group_line(metrics)
             if by_group:

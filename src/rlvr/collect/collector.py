@@ -26,11 +26,13 @@ import torch
 from rich.console import Console
 
 from rlvr.algo.filters import informative_groups
+from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.config import RunConfig
 from rlvr.data import Example
 from rlvr.data.sampler import PromptSampler
 from rlvr.envs import ENVIRONMENTS, Environment, make_env
+from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.log import eval_progress
 from rlvr.models.chat import encode_prompt
@@ -77,6 +79,11 @@ class Collector:
         self.limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens, cfg.env.step_timeout_s)
         self.episode_stats = EpisodeStats()
         self._pool_threads: ThreadPoolExecutor | None = None
+        if len({bool(self.env_of(e)) for e in self.eval_examples}) > 1:
+            raise RlvrError(
+                "the held-out set mixes environment episodes and single-turn problems; evaluate them "
+                "as separate runs (set data.eval_size=0 here)"
+            )
         if any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)):
             check_template(tokenizer)
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
@@ -253,6 +260,26 @@ class Collector:
         began = time.perf_counter()
         with eval_progress(console, disable=quiet) as progress:
             task = progress.add_task(f"eval ({label})", total=len(self.eval_examples))
+            if self.env_of(self.eval_examples[0]):
+                metrics, records = evaluate_episodes(
+                    self.engine,
+                    self.tokenizer,
+                    self.eval_examples,
+                    self._make_env,
+                    self._score_eval if self.eval_pool is not None else None,
+                    SamplingParams(
+                        n=1,
+                        temperature=0.0,
+                        max_new_tokens=e.max_new_tokens or self.cfg.rollout.max_new_tokens,
+                    ),
+                    self.limits,
+                    self._threads(),
+                    chunk=self.cfg.rollout.max_batch_sequences,
+                    on_progress=lambda n: progress.advance(task, n),
+                    group_by=e.group_by,
+                )
+                self.eval_s = time.perf_counter() - began
+                return metrics, records
             metrics = evaluate(
                 self.engine,
                 self.eval_prompts,

@@ -96,15 +96,38 @@ def parse_call(text: str) -> tuple[str | None, str | None]:
     return args["expression"], None
 
 
+INSTRUCTIONS = (
+    "You can use a calculator. To use it, write the expression inside <calc></calc> and stop; "
+    "the result comes back inside <result></result>. Then give the final answer inside <answer></answer>."
+)
+DEMONSTRATION = [
+    {"role": "user", "content": "State the final answer to the following arithmetic problem: 418 + 97 - 260 ="},
+    {"role": "assistant", "content": "<calc>418 + 97 - 260</calc>"},
+    {"role": "tool", "content": "<result>255</result>"},
+    {"role": "assistant", "content": "<answer>255</answer>"},
+]
+
+
 @register_env("calculator")
 class Calculator(Environment):
-    """Arithmetic through a calculator tool; the episode's answer is the first turn without a call."""
+    """Arithmetic through a calculator tool; the episode's answer is the first turn without a call.
+
+    With ``demonstrate`` (default) the opening conversation is a system message describing the
+    tool, one worked exchange (question → call → result → answer), then the example's question."""
 
     stop_strings = ("</calc>", "</tool_call>")
 
-    def __init__(self, tool_error_penalty: float = 0.0, max_chars: int = 200) -> None:
-        self.tool_error_penalty, self.max_chars = tool_error_penalty, max_chars
+    def __init__(
+        self, tool_error_penalty: float = 0.0, max_chars: int = 200, demonstrate: bool = True
+    ) -> None:
+        self.tool_error_penalty, self.max_chars, self.demonstrate = tool_error_penalty, max_chars, demonstrate
         self.calls = self.errors = 0
+
+    def reset(self, example, rng) -> list[dict[str, str]]:
+        if not self.demonstrate:
+            return list(example.prompt)
+        question = [m for m in example.prompt if m["role"] != "system"]
+        return [{"role": "system", "content": INSTRUCTIONS}, *DEMONSTRATION, *question]
 
     def step(self, text: str) -> Step:
         expression, error = parse_call(text)

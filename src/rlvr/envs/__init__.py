@@ -1,5 +1,6 @@
 """Environments and tools for multi-turn episodes, registered by name."""
 
 from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_env
+from rlvr.envs.search import SearchEnv, search_examples
 
-__all__ = ["ENVIRONMENTS", "Environment", "Step", "make_env", "register_env"]
+__all__ = ["ENVIRONMENTS", "Environment", "SearchEnv", "Step", "make_env", "register_env", "search_examples"]

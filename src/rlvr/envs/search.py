@@ -65,6 +65,8 @@ class BM25Index:
         ids = self._tokenizer.tokenize([d.contents for d in documents], return_as="ids", show_progress=False)
         self._retriever = bm25s.BM25()
         self._retriever.index(ids, show_progress=False)
+        # bm25s does not promise thread safety (its tokenizer writes its vocabulary on some paths);
+        # a search takes about 0.2 ms, so holding a lock costs concurrent episodes nothing.
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int) -> list[tuple[Document, float]]:

@@ -1,7 +1,16 @@
 """Environments and tools for multi-turn episodes, registered by name."""
 
 from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_env
+from rlvr.envs.calculator import Calculator
+from rlvr.envs.search import SearchEnv, search_examples
 
-__all__ = ["ENVIRONMENTS", "Environment", "Step", "make_env", "register_env"]
-
-from rlvr.envs import calculator as _calculator  # noqa: E402,F401  (registers "calculator")
+__all__ = [
+    "ENVIRONMENTS",
+    "Calculator",
+    "Environment",
+    "SearchEnv",
+    "Step",
+    "make_env",
+    "register_env",
+    "search_examples",
+]

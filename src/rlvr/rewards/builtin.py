@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
-from rlvr.rewards.extract import ExtractMode, as_number, choice_letter, extract_answer
+from rlvr.rewards.extract import ExtractMode, as_number, choice_letter, extract_answer, normalize_answer
 from rlvr.rewards.math_equiv import ReferenceUnparsable, math_equivalent
 from rlvr.rewards.registry import get_reward, is_group_reward, register_reward
 from rlvr.rewards.spec import POOL_KWARGS
@@ -90,14 +90,27 @@ def math_reward(
 
 @register_reward("exact_match")
 def exact_match_reward(
-    completion: str, example: Example, *, extract: ExtractMode = "auto", case_sensitive: bool = True
+    completion: str,
+    example: Example,
+    *,
+    extract: ExtractMode = "auto",
+    case_sensitive: bool = True,
+    normalize: Literal["strip", "squad"] = "strip",
 ) -> float:
-    """1.0 if the extracted answer equals ``example.reference`` after stripping whitespace."""
+    """1.0 if the extracted answer equals ``example.reference`` after stripping whitespace.
+
+    ``normalize="squad"`` compares both after SQuAD / Search-R1 normalization instead (lower case,
+    punctuation and articles removed, whitespace collapsed: :func:`normalize_answer`), which makes
+    ``case_sensitive`` moot; an answer that normalizes to nothing scores 0.0.
+    """
     if example.reference is None:
         raise ValueError(f"example {example.id!r} has no reference answer for exact_match")
     answer = extract_answer(completion, mode=extract)
     if answer is None:
         return 0.0
+    if normalize == "squad":
+        normalized = normalize_answer(answer)
+        return 1.0 if normalized and normalized == normalize_answer(example.reference) else 0.0
     reference = example.reference.strip()
     if not case_sensitive:
         answer, reference = answer.casefold(), reference.casefold()

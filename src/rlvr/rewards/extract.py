@@ -8,6 +8,7 @@ mode here is a single left-to-right scan: no regex that can backtrack catastroph
 from __future__ import annotations
 
 import re
+import string
 from typing import Literal
 
 from rlvr.errors import RlvrError
@@ -224,3 +225,21 @@ def as_number(text: str) -> float | None:
     except ValueError:
         return None
     return value if value == value and abs(value) != float("inf") else None
+
+
+_ARTICLE = re.compile(r"\b(?:a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD / Search-R1 answer normalization: lower case, no punctuation, no articles (a, an, the),
+    runs of whitespace collapsed to one space. "The  Lune." and "lune" both become "lune".
+
+    Punctuation is ``string.punctuation`` (ASCII), removed before articles so that "the-lune"
+    keeps its article as part of one word ("thelune"), as in the original.
+    """
+    lowered = text.lower()
+    without_punctuation = lowered.translate(_PUNCTUATION)
+    return " ".join(_ARTICLE.sub(" ", without_punctuation).split())
+
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)

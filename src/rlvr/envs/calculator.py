@@ -101,7 +101,10 @@ INSTRUCTIONS = (
     "the result comes back inside <result></result>. Then give the final answer inside <answer></answer>."
 )
 DEMONSTRATION = [
-    {"role": "user", "content": "State the final answer to the following arithmetic problem: 418 + 97 - 260 ="},
+    {
+        "role": "user",
+        "content": "State the final answer to the following arithmetic problem: 418 + 97 - 260 =",
+    },
     {"role": "assistant", "content": "<calc>418 + 97 - 260</calc>"},
     {"role": "tool", "content": "<result>255</result>"},
     {"role": "assistant", "content": "<answer>255</answer>"},

@@ -289,3 +289,6 @@ def test_a_training_step_over_two_turns(tmp_path) -> None:
     after = load_model(str(tmp_path / "mt" / "checkpoints" / "step-000002" / "model"))
     assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
     assert make_env("fixture_two_turns").step("x").messages == [{"role": "user", "content": "Go on."}]
+    assert make_env("env_fixtures:TwoTurns").step("x").messages == [{"role": "user", "content": "Go on."}]
+    evals = [r for r in read_jsonl(tmp_path / "mt" / "metrics.jsonl") if r["phase"] != "train"]
+    assert [r["eval/turns"] for r in evals] == [2.0, 2.0]  # held-out episodes play out too

@@ -31,7 +31,8 @@ from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.config import RunConfig
 from rlvr.data import Example
 from rlvr.data.sampler import PromptSampler
-from rlvr.envs import ENVIRONMENTS, Environment, make_env
+from rlvr.envs import Environment, make_env
+from rlvr.envs.base import env_factory
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.log import eval_progress
@@ -87,7 +88,7 @@ class Collector:
         if any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)):
             check_template(tokenizer)
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
-                ENVIRONMENTS.get(name)  # an unknown name fails now, naming the registered ones
+                env_factory(name)  # an unknown name fails now, naming the registered ones
         self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
 
     # ----------------------------------------------------------------------------- state

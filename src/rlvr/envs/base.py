@@ -70,5 +70,21 @@ def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
     return ENVIRONMENTS.register(name)
 
 
+def env_factory(name: str) -> EnvFactory:
+    """The environment registered as ``name``, or ``"module:attribute"`` imported (a class or
+    function in the user's own code, no registration needed)."""
+    if ":" not in name:
+        return ENVIRONMENTS.get(name)
+    import importlib
+
+    from rlvr.errors import RlvrError
+
+    module, _, attribute = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as err:
+        raise RlvrError(f"environment '{name}': cannot import {attribute} from {module}: {err}") from err
+
+
 def make_env(name: str, params: dict[str, Any] | None = None) -> Environment:
-    return ENVIRONMENTS.get(name)(**(params or {}))
+    return env_factory(name)(**(params or {}))

@@ -292,3 +292,17 @@ def test_a_training_step_over_two_turns(tmp_path) -> None:
     assert make_env("env_fixtures:TwoTurns").step("x").messages == [{"role": "user", "content": "Go on."}]
     evals = [r for r in read_jsonl(tmp_path / "mt" / "metrics.jsonl") if r["phase"] != "train"]
     assert [r["eval/turns"] for r in evals] == [2.0, 2.0]  # held-out episodes play out too
+
+
+def test_an_environment_dataset_source(tmp_path) -> None:
+    from rlvr.data.from_config import build_datasets
+
+    cfg = load_config("recipes/search_agent.yaml", ["data.train_size=40", "data.eval_size=10"])
+    train, held_out = build_datasets(cfg.data)
+    assert len(train) == 40 and len(held_out) == 10
+    assert {e.question for e in train}.isdisjoint(e.question for e in held_out)
+    assert all(e.metadata["env"] == "search" for e in (*train, *held_out))
+    with pytest.raises(RlvrError, match="data.task: unknown environment dataset 'nope'"):
+        build_datasets(load_config(None, ["data.source=env", "data.task=nope"]).data)
+    with pytest.raises(RlvrError, match="data.task_config for 'search'"):
+        build_datasets(load_config(None, ["data.source=env", "data.task=search"]).data)  # chain_sum's config

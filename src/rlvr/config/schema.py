@@ -26,8 +26,9 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    source: Literal["reasoning_gym", "file", "hf"] = Field(
-        "reasoning_gym", description="Where prompts come from."
+    source: Literal["reasoning_gym", "file", "hf", "env"] = Field(
+        "reasoning_gym",
+        description="Where prompts come from; env: an environment's own generator (data.task: search, …).",
     )
     task: str = Field("chain_sum", description="reasoning-gym task name (source=reasoning_gym).")
     task_config: dict[str, Any] = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlvr.config.schema import DataConfig
+from rlvr.data.env_source import load_env_examples
 from rlvr.data.example import Example
 from rlvr.data.file_source import load_file
 from rlvr.data.hf_source import load_hf_dataset
@@ -24,6 +25,10 @@ def build_datasets(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
 
 def _load(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
     common = {"system_prompt": cfg.system_prompt, "answer_format": cfg.answer_format}
+    if cfg.source == "env":
+        train = load_env_examples(cfg.task, cfg.train_size, cfg.seed, "train", dict(cfg.task_config))
+        held_out = load_env_examples(cfg.task, cfg.eval_size, cfg.seed + 1, "eval", dict(cfg.task_config))
+        return train, held_out
     if cfg.source == "reasoning_gym":
         # Two seeds, two generators: the held-out set never depends on train_size.
         train = load_reasoning_gym(cfg.task, cfg.train_size, cfg.seed, cfg.task_config, **common)

@@ -1,0 +1,46 @@
+"""Examples made by an environment's own generator (``data.source: env``, ``data.task: <name>``).
+
+An environment whose problems are generated (a search corpus's questions, a game's boards) registers
+a generator ``(count, seed, split, **task_config) -> list[Example]`` here; its examples carry
+``metadata.env`` so that they play out in that environment. The held-out split never shares a
+problem with the training split: the generator guarantees it (by a split of its problem set, or by
+disjoint seeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlvr.data.example import Example
+from rlvr.errors import RlvrError
+from rlvr.registry import Registry
+
+ExampleGenerator = Callable[..., list[Example]]
+ENV_DATASETS: Registry[ExampleGenerator] = Registry("environment dataset")
+
+
+def register_env_dataset(name: str) -> Callable[[ExampleGenerator], ExampleGenerator]:
+    return ENV_DATASETS.register(name)
+
+
+@register_env_dataset("search")
+def _search(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.search import search_examples
+
+    if "hops" in config:
+        config["hops"] = tuple(config["hops"])
+    return search_examples(count, seed, split=split, **config)
+
+
+def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:
+    import rlvr.envs  # noqa: F401  (the built-in environments register their generators)
+
+    try:
+        generator = ENV_DATASETS.get(task)
+    except RlvrError as err:
+        raise RlvrError(f"data.task: {err}") from err
+    try:
+        return generator(count, seed, split, **config)
+    except (TypeError, ValueError) as err:
+        raise RlvrError(f"data.task_config for '{task}': {err}") from err

@@ -56,7 +56,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
     from rlvr.rewards.scoring import eval_pool, score_completions
-    from rlvr.rollout import HFEngine
+    from rlvr.rollout.from_config import build_engine
 
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
@@ -65,13 +65,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
         raise RlvrError("nothing to evaluate: data.eval_size is 0")
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
-    engine = HFEngine(
-        model,
-        tokenizer,
-        max_batch_sequences=cfg.rollout.max_batch_sequences,
-        seed=cfg.seed,
-        packed_weights=cfg.rollout.packed_weights,
-    )
+    engine = build_engine(cfg, model, tokenizer)
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
     with (
         eval_pool(cfg.rewards) as pool,

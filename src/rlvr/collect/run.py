@@ -25,7 +25,7 @@ from rlvr.errors import RlvrError
 from rlvr.log import JsonlWriter
 from rlvr.models import load_model, load_tokenizer
 from rlvr.rewards.scoring import check_reward_examples
-from rlvr.rollout import HFEngine
+from rlvr.rollout.from_config import build_engine
 from rlvr.trajectory import TrajectoryGroup, group_records
 
 
@@ -78,13 +78,7 @@ def collect_to_file(
 
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
-    engine = HFEngine(
-        model,
-        tokenizer,
-        max_batch_sequences=cfg.rollout.max_batch_sequences,
-        seed=cfg.seed,
-        packed_weights=cfg.rollout.packed_weights,
-    )
+    engine = build_engine(cfg, model, tokenizer)
     collector = Collector(cfg, engine, tokenizer, examples)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     seen: list[TrajectoryGroup] = []

@@ -27,7 +27,7 @@ from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.rewards.scoring import check_reward_examples
-from rlvr.rollout import HFEngine
+from rlvr.rollout.from_config import build_engine
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
@@ -64,13 +64,7 @@ class Orchestrator:
             str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
         )
         # In one process the engine samples from the learner's own module: syncing copies nothing.
-        engine = HFEngine(
-            policy,
-            self.tokenizer,
-            max_batch_sequences=cfg.rollout.max_batch_sequences,
-            seed=cfg.seed,
-            packed_weights=cfg.rollout.packed_weights,
-        )
+        engine = build_engine(cfg, policy, self.tokenizer)
         self.learner = Learner(cfg, policy, engine.pad_id)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
         self.sync = InProcessSync(engine)

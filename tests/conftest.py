@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _rlvr_cache() -> Iterator[str]:
+def _rlvr_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Built-in models are converted into a cache private to this test session, not the user's.
 
     ``rlvr.models.bundled`` caches converted models in ``$RLVR_CACHE`` or ``~/.cache/rlvr``. Tests
@@ -25,8 +24,9 @@ def _rlvr_cache() -> Iterator[str]:
     opts into the user's cache on purpose).
     """
     chosen = os.environ.get("RLVR_TEST_CACHE")
-    # Not under pytest's basetemp, which keeps the last three runs: a converted model is 0.5 GB.
-    cache = chosen or tempfile.mkdtemp(prefix="rlvr-test-cache-")
+    # Under pytest's basetemp (.pytest-tmp in the repository, see pyproject.toml: tests leave nothing
+    # in the host's /tmp), removed at the end of the session: a converted model is 0.5 GB.
+    cache = chosen or str(tmp_path_factory.mktemp("rlvr-test-cache"))
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("RLVR_CACHE", cache)

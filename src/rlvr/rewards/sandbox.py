@@ -29,7 +29,6 @@ unless called with ``allow_unsafe=True`` (the ``code`` reward's ``allow_unsafe_s
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -37,7 +36,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,12 +44,22 @@ from typing import Any
 
 from rlvr.errors import RlvrError
 from rlvr.rewards import _sandbox_codec, _sandbox_functions, _sandbox_harness, _sandbox_process
+from rlvr.rewards.sandbox_backend import (
+    BACKEND_ENV,
+    INSTALL_HINT,
+    NOBODY,
+    PYTHON_ENV,
+    SANDBOX_PATH,
+    UNSHARE,
+    bwrap_args,
+)
+from rlvr.rewards.sandbox_backend import Backend as _Backend
+from rlvr.rewards.sandbox_backend import probe as _backend
+from rlvr.rewards.sandbox_backend import user_kwargs as _user_kwargs
+from rlvr.rewards.sandbox_backend import works as _works
 
 log = logging.getLogger(__name__)
 
-BACKEND_ENV = "RLVR_SANDBOX_BACKEND"  # set by the parent after probing, so workers need not probe
-PYTHON_ENV = "RLVR_SANDBOX_PYTHON"  # the interpreter that runs untrusted code (default: see below)
-_NOBODY = 65534
 _INLINED = "# sandbox: inlined"
 
 
@@ -66,14 +74,10 @@ def _harness_script() -> str:
 
 
 _HARNESS_SOURCE = _harness_script()
-INSTALL_HINT = "apt-get install -y bubblewrap"
 
 
 class UnsafeSandboxError(RlvrError):
     """Untrusted code would run without bubblewrap, and the caller did not accept that risk."""
-
-
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -103,14 +107,6 @@ class SandboxResult:
     error: str | None = None
     started: bool = False
     seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class _Backend:
-    name: str  # "bwrap", "unshare" or "rlimits"
-    python: str
-    python_prefix: str | None  # to bind read-only when outside /usr
-    drop_to_nobody: bool
 
 
 def run_stdio(
@@ -178,7 +174,7 @@ def _run(
     report_r, report_w = os.pipe()
     try:
         if backend.drop_to_nobody and backend.name != "bwrap":
-            os.chown(workdir, _NOBODY, _NOBODY)
+            os.chown(workdir, NOBODY, NOBODY)
         config = {
             **config,
             "report_fd": report_w,
@@ -204,7 +200,7 @@ def _run(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 pass_fds=(report_w,),
-                env={"PATH": _SANDBOX_PATH, "LANG": "C.UTF-8"},
+                env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
                 cwd=workdir,
                 start_new_session=True,
                 **_user_kwargs(backend),
@@ -295,124 +291,24 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def _command(backend: _Backend, limits: Limits) -> list[str]:
     python = [backend.python, "-I", "-S", "-c", _HARNESS_SOURCE]
     if backend.name == "bwrap":
-        return [*_bwrap_args(backend, limits), "--", *python]
+        return [*bwrap_args(backend, limits.tmpfs_mb), "--", *python]
     wall = f"{limits.total_s + 1:g}"
     prefix = ["timeout", "-s", "KILL", wall] if shutil.which("timeout") else []
     if backend.name == "unshare":
-        prefix += [*_UNSHARE]
+        prefix += [*UNSHARE]
     return [*prefix, *python]
 
 
-_UNSHARE = ["unshare", "--user", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
-
-
-def _bwrap_args(backend: _Backend, limits: Limits) -> list[str]:
-    args = [
-        "bwrap",
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-        "--setenv", "PATH", _SANDBOX_PATH,
-        "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "HOME", "/tmp",
-        "--hostname", "sandbox",
-        "--ro-bind", "/usr", "/usr",
-        "--proc", "/proc",
-        "--dev", "/dev",
-        "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
-        "--chdir", "/tmp",
-    ]  # fmt: skip
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        path = Path("/") / name
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
-    if backend.python_prefix:
-        args += ["--ro-bind", backend.python_prefix, backend.python_prefix]
-    return args
-
-
-def _user_kwargs(backend: _Backend) -> dict[str, Any]:
-    if not backend.drop_to_nobody:
-        return {}
-    return {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
-
-
-@functools.cache
-def _backend() -> _Backend:
-    """Probe once per process what isolation works here; warn once when it is the weak fallback.
-
-    The parent probes when a code reward is configured and exports the answer in
-    ``RLVR_SANDBOX_BACKEND``, so reward workers started afterwards neither probe nor warn again.
-    """
-    root = os.geteuid() == 0
-    python, prefix, nobody_ok = _interpreter(root)
-    drop = root and nobody_ok
-    forced = os.environ.get(BACKEND_ENV)
-    if forced in ("bwrap", "unshare", "rlimits"):
-        return _Backend(forced, python, prefix, drop)
-    backend = _Backend("rlimits", python, prefix, drop)
-    for name in ("bwrap", "unshare"):
-        if _works(_Backend(name, python, prefix, drop)):
-            backend = _Backend(name, python, prefix, drop)
-            break
-    os.environ[BACKEND_ENV] = backend.name
-    if backend.name != "bwrap":
-        log.warning(
-            "bubblewrap (bwrap) is not available: untrusted code would run with rlimits%s but could "
-            "READ the host's files and WRITE to its /tmp, so the code reward refuses to run unless "
-            "allow_unsafe_sandbox is set. Install it for a read-only, network-less sandbox "
-            "(Debian/Ubuntu: %s).",
-            " and unshare namespaces (no network)" if backend.name == "unshare" else ", WITH network",
-            INSTALL_HINT,
-        )
-    if root and not drop:
-        log.warning(
-            "sandboxed code runs as root (no interpreter reachable by 'nobody'), so the process "
-            "limit does not apply; set %s to a world-readable python3",
-            PYTHON_ENV,
-        )
-    return backend
-
-
-def _interpreter(root: bool) -> tuple[str, str | None, bool]:
-    """The python for untrusted code, its prefix to bind (if outside /usr), and whether ``nobody``
-    can run it. Default: the trainer's base interpreter (run with ``-I -S``: stdlib only), or the
-    system ``/usr/bin/python3`` when running as root and the former sits in a private directory."""
-    chosen = os.environ.get(PYTHON_ENV)
-    candidates = [chosen] if chosen else [sys._base_executable, "/usr/bin/python3"]
-    usable = [os.path.realpath(p) for p in candidates if p and os.access(p, os.X_OK)]
-    if not usable:
-        raise RuntimeError(f"no python interpreter for the sandbox (tried {candidates}; set {PYTHON_ENV})")
-    chosen_path = usable[0]
-    if root:
-        chosen_path = next((p for p in usable if _world_reachable(p)), usable[0])
-    prefix = None if chosen_path.startswith("/usr/") else str(Path(chosen_path).parent.parent)
-    return chosen_path, prefix, not root or _world_reachable(chosen_path)
-
-
-def _world_reachable(path: str) -> bool:
-    current = Path(path)
-    for parent in current.parents:
-        if not os.stat(parent).st_mode & 0o001:
-            return False
-    return bool(os.stat(current).st_mode & 0o005)
-
-
-def _works(backend: _Backend) -> bool:
-    needed = "bwrap" if backend.name == "bwrap" else "unshare"
-    if shutil.which(needed) is None:
-        return False
-    if backend.name == "bwrap":
-        command = [*_bwrap_args(backend, Limits()), "--", backend.python, "-I", "-S", "-c", "pass"]
-    else:
-        command = [*_UNSHARE, backend.python, "-I", "-S", "-c", "pass"]
-    try:
-        result = subprocess.run(
-            command, capture_output=True, timeout=30, env={"PATH": _SANDBOX_PATH}, **_user_kwargs(backend)
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return result.returncode == 0
+# Re-exported for callers and tests that probe or replace the backend through this module.
+__all__ = [
+    "BACKEND_ENV",
+    "INSTALL_HINT",
+    "PYTHON_ENV",
+    "Limits",
+    "SandboxResult",
+    "UnsafeSandboxError",
+    "_Backend",
+    "_backend",
+    "_user_kwargs",
+    "_works",
+]

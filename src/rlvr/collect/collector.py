@@ -79,7 +79,7 @@ class Collector:
         self.tokenizer = tokenizer
         self.limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens, cfg.env.step_timeout_s)
         self.episode_stats = EpisodeStats()
-        self._pool_threads: ThreadPoolExecutor | None = None
+        self._env_threads: ThreadPoolExecutor | None = None
         if len({bool(self.env_of(e)) for e in self.eval_examples}) > 1:
             raise RlvrError(
                 "the held-out set mixes environment episodes and single-turn problems; evaluate them "
@@ -133,7 +133,7 @@ class Collector:
         flat = [c for g in completions for c in g]
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
         results = score_completions(self.pool, flat, examples, [len(g) for g in completions])
-        version = getattr(self.engine, "policy_version", 0)
+        version = self.engine.policy_version
         groups, at = [], 0
         for index, group in zip(indices, completions):
             trajectories = []
@@ -166,7 +166,7 @@ class Collector:
                 [self.train_examples[t.example_index] for t in flat],
                 [len(g) for g in groups],
             )
-        version = getattr(self.engine, "policy_version", 0)
+        version = self.engine.policy_version
         for t, result in zip(flat, results):
             t.example_id, t.policy_version = self.train_examples[t.example_index].id, version
             self._set_reward(t, result)
@@ -309,9 +309,9 @@ class Collector:
         return make_env(name, params)
 
     def _threads(self) -> ThreadPoolExecutor:
-        if self._pool_threads is None:
-            self._pool_threads = ThreadPoolExecutor(self.cfg.env.threads, thread_name_prefix="rlvr-env")
-        return self._pool_threads
+        if self._env_threads is None:
+            self._env_threads = ThreadPoolExecutor(self.cfg.env.threads, thread_name_prefix="rlvr-env")
+        return self._env_threads
 
     def episode_metrics(self) -> dict[str, float]:
         """Turns, environment counters and model vs environment time since the previous call."""
@@ -325,5 +325,5 @@ class Collector:
         for pool in (self.pool, self.eval_pool):
             if pool is not None:
                 pool.close()
-        if self._pool_threads is not None:
-            self._pool_threads.shutdown(wait=False, cancel_futures=True)
+        if self._env_threads is not None:
+            self._env_threads.shutdown(wait=False, cancel_futures=True)

@@ -97,7 +97,7 @@ def run_episodes(
             break
         began = time.perf_counter()
         if first:  # one prefill per group; the group's episodes are its n samples
-            _model_turns(engine, tokenizer, [g for g in groups], params, limits, eos_ids, grouped=True)
+            _model_turns(engine, tokenizer, groups, params, limits, eos_ids, grouped=True)
             first = False
         else:
             _model_turns(engine, tokenizer, [[e] for e in live], replace(params, n=1), limits, eos_ids)

@@ -11,6 +11,7 @@ import pytest
 from rlvr.data.example import Example
 from rlvr.envs import make_env
 from rlvr.envs.search import (
+    DEMONSTRATION,
     EMPTY_QUERY_FEEDBACK,
     INVALID_TURN_FEEDBACK,
     SYSTEM_PROMPT,
@@ -104,7 +105,7 @@ def test_questions_have_distractors_that_share_their_words():
 def test_the_demonstration_names_are_not_in_the_corpus():
     text = " ".join(d.contents for d in build_corpus(0, SIZE).documents)
     for name in RESERVED_NAMES:
-        assert name in SYSTEM_PROMPT
+        assert any(name in m["content"] for m in DEMONSTRATION)
         assert not _contains(text, name)
 
 
@@ -160,7 +161,7 @@ def _oracle_turns(env: SearchEnv, example: Example) -> tuple[float, dict]:
     gold_docs = [corpus.documents[i] for i in example.metadata["gold_docs"]]
     for hop, gold in enumerate(gold_docs):
         step = env.step(f"I should look this up. <search>{query}</search>")
-        assert not step.done and step.info == {"searches": 1.0}
+        assert not step.done and step.info["searches"] == 1.0 and "invalid_turns" not in step.info
         information = step.messages[0]["content"]
         assert information.startswith("<information>") and information.endswith("</information>")
         body = information.removeprefix("<information>").removesuffix("</information>")
@@ -187,6 +188,28 @@ def test_oracle_policy_solves_every_question():
         assert outcome["solved"] == reward and outcome["searches"] == example.metadata["hops"]
     print(f"oracle: {sum(rewards)}/{len(rewards)}")
     assert sum(rewards) == len(rewards)
+
+
+def test_retrieval_reward_pays_once_per_gold_document_and_never_reaches_a_solve():
+    example = next(e for e in _all_examples() if e.metadata["hops"] == 1)
+    query = example.question.removeprefix("Question: ")
+    env = SearchEnv(retrieval_reward=0.2)
+    env.reset(example, random.Random(0))
+    first = env.step(f"<search>{query}</search>")
+    again = env.step(f"<search>{query}</search>")  # the same gold document a second time: nothing
+    miss = env.step("<search>zzzz qqqq</search>")
+    assert (first.reward, again.reward, miss.reward) == (0.2, 0.0, 0.0)
+    assert first.info["gold_retrieved"] == 1.0 and "gold_retrieved" not in again.info
+    assert env.outcome()["gold_found"] == 1.0
+    wrong = env.step("<answer>nobody</answer>")
+    assert wrong.done and first.reward + wrong.reward < 1.0  # searching well alone is not a solve
+    # off by default: the protocol's reward is the answer's exact match only
+    plain = SearchEnv()
+    plain.reset(example, random.Random(0))
+    assert plain.step(f"<search>{query}</search>").reward == 0.0
+    two_hop = next(e for e in _all_examples() if e.metadata["hops"] == 2)
+    _, outcome = _oracle_turns(SearchEnv(retrieval_reward=0.2), two_hop)
+    assert outcome["gold_found"] == 1.0
 
 
 def test_guessing_without_searching_scores_near_zero():
@@ -234,7 +257,7 @@ def test_malformed_turns_are_counted_and_answered_with_feedback():
         INVALID_TURN_FEEDBACK,
     ]
     assert reward == 1.0
-    assert outcome == {"solved": 1.0, "searches": 0.0, "invalid_turns": 4.0, "turns": 5.0}
+    assert outcome == {"solved": 1.0, "searches": 0.0, "invalid_turns": 4.0, "turns": 5.0, "gold_found": 0.0}
 
 
 def test_max_turns_ends_the_episode_unsolved():
@@ -259,7 +282,7 @@ def test_text_after_the_stop_string_is_ignored():
     reward, steps, _ = _run(
         env, example, [f"<search>{example.question}</search><answer>{example.reference}</answer>"]
     )
-    assert not steps[0].done and steps[0].reward == 0.0 and steps[0].info == {"searches": 1.0}
+    assert not steps[0].done and steps[0].reward == 0.0 and steps[0].info["searches"] == 1.0
     assert parse_turn("<search>first</search> more <search>second</search>") == ("search", "first")
     assert parse_turn("<answer>A</answer> <search>q</search>") == ("answer", "A")
     assert parse_turn("<search>q <answer>A</answer> </search>") == ("answer", "A")
@@ -277,7 +300,12 @@ def test_observation_is_truncated_to_the_budget():
     assert body.endswith(" ...") and len(body) <= 100 + len(" ...")
     assert full.removeprefix("<information>").startswith(body.removesuffix(" ...").rstrip())
     example = search_examples(1, 0)[0]
-    assert SearchEnv(k=5, max_chars=100).reset(example, random.Random(0)) == example.prompt
+    assert SearchEnv(demonstrate=False).reset(example, random.Random(0)) == example.prompt
+    opening = SearchEnv(role="user").reset(example, random.Random(0))
+    # system, the worked exchange as chat turns (its observation in the environment's role), question
+    assert opening[0] == example.prompt[0] and opening[-1] == example.prompt[-1]
+    assert [m["role"] for m in opening[1:-1]] == ["user", "assistant", "user", "assistant"]
+    assert opening[2]["content"] == "<search>Dovan Reth born</search>"
     env = make_env("search", {"k": 5, "max_chars": 100, "role": "user"})
     env.reset(example, random.Random(0))
     message = env.step(f"<search>{example.question}</search>").messages[0]

@@ -179,6 +179,15 @@ class CriticConfig(Section):
 class AlgoConfig(Section):
     advantage: str = Field("grpo", description="Advantage estimator (rlvr.algo.ADVANTAGE_ESTIMATORS).")
     advantage_params: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments.")
+    turn_advantage: Literal["trajectory", "turn"] = Field(
+        "trajectory",
+        description="Multi-turn credit: 'trajectory' (one advantage per episode, every model token) or "
+        "'turn' (each model turn's discounted return from it on, against the group's episode returns; "
+        "with advantage grpo or dr_grpo).",
+    )
+    turn_discount: float = Field(
+        1.0, ge=0, le=1, description="Discount per model turn of the 'turn' advantage's returns."
+    )
     loss: str = Field("ppo_clip", description="Policy loss (rlvr.algo.POLICY_LOSSES).")
     clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1.")
     clip_high: float = Field(

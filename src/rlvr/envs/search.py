@@ -39,13 +39,20 @@ SYSTEM_PROMPT = (
     "You answer questions about people, towns and companies that are only described in a private "
     "encyclopedia. Look facts up: write <search>query</search> and the results come back inside "
     "<information> and </information>. You may search more than once. When you know the answer, "
-    "write it as <answer>short answer</answer>.\n\n"
-    "Example:\n"
-    "Question: In which town was Dovan Reth born?\n"
-    "<search>Dovan Reth born</search>\n"
-    "<information>Doc 1 (Dovan Reth): Dovan Reth was born in Hollem in 1921. Dovan worked as a tailor."
-    "</information>\n"
-    "<answer>Hollem</answer>"
+    "write it as <answer>short answer</answer>."
+)
+# One worked exchange as real chat turns (question -> search -> information -> answer), placed
+# between the system message and the question when the environment demonstrates (the default). A
+# 135M model copies a demonstrated turn structure far more readily than one described in prose.
+DEMONSTRATION: tuple[Message, ...] = (
+    {"role": "user", "content": "Question: In which town was Dovan Reth born?"},
+    {"role": "assistant", "content": "<search>Dovan Reth born</search>"},
+    {
+        "role": "tool",
+        "content": "<information>Doc 1 (Dovan Reth): Dovan Reth was born in Hollem in 1921. "
+        "Dovan worked as a tailor.</information>",
+    },
+    {"role": "assistant", "content": "<answer>Hollem</answer>"},
 )
 
 
@@ -123,11 +130,18 @@ class SearchEnv(Environment):
 
     ``k``: documents per search; ``max_chars``: the observation's character budget; ``max_turns``:
     model turns before the episode ends unanswered with reward 0; ``role``: the role of the
-    environment's messages. ``corpus_seed`` / ``corpus_size`` are used only for an example whose
-    metadata does not name its corpus.
+    environment's messages; ``demonstrate``: open with one worked exchange as chat turns
+    (:data:`DEMONSTRATION`) between the system message and the question. ``corpus_seed`` /
+    ``corpus_size`` are used only for an example whose metadata does not name its corpus.
 
-    ``Step.info`` holds what the turn adds to the run's counters (``searches``,
-    ``invalid_turns``, ``empty_searches``, ``truncated``); :meth:`outcome` has the episode's totals.
+    ``retrieval_reward`` (default 0: off) is a process reward, paid as a turn reward the first time
+    a search brings back one of the question's gold documents (``metadata["gold_docs"]``), split
+    evenly between them: at most ``retrieval_reward`` per episode, so a correct answer (1.0) always
+    outscores searching alone, and an episode that answers wrongly stays below the accuracy
+    threshold of 1.
+
+    ``Step.info`` holds what the turn adds to the run's counters (``searches``, ``invalid_turns``,
+    ``empty_searches``, ``gold_retrieved``, ``truncated``); :meth:`outcome` has the episode's totals.
     """
 
     stop_strings = (_SEARCH_CLOSE,)
@@ -140,12 +154,17 @@ class SearchEnv(Environment):
         role: str = "tool",
         corpus_seed: int = 0,
         corpus_size: int = DEFAULT_CORPUS_SIZE,
+        demonstrate: bool = True,
+        retrieval_reward: float = 0.0,
     ) -> None:
         if k < 1 or max_chars < 1 or max_turns < 1:
             raise ValueError(
                 f"search env: k, max_chars and max_turns must be positive, got {k}, {max_chars}, {max_turns}"
             )
         self.k, self.max_chars, self.max_turns, self.role = k, max_chars, max_turns, role
+        self.demonstrate, self.retrieval_reward = demonstrate, retrieval_reward
+        self._gold: frozenset[int] = frozenset()
+        self._found: set[int] = set()
         self._default_corpus = (corpus_seed, corpus_size)
         self._example: Example | None = None
         self._index: BM25Index | None = None
@@ -158,9 +177,15 @@ class SearchEnv(Environment):
         seed = int(example.metadata.get("corpus_seed", self._default_corpus[0]))
         size = int(example.metadata.get("corpus_size", self._default_corpus[1]))
         self._example, self._index = example, corpus_index(seed, size)
+        self._gold, self._found = frozenset(int(d) for d in example.metadata.get("gold_docs", ())), set()
         self.turns = self.searches = self.invalid_turns = 0
         self.solved = False
-        return list(example.prompt)
+        if not self.demonstrate:
+            return list(example.prompt)
+        system = [m for m in example.prompt if m["role"] == "system"]
+        rest = [m for m in example.prompt if m["role"] != "system"]
+        demo = [dict(m, role=self.role) if m["role"] == "tool" else dict(m) for m in DEMONSTRATION]
+        return [*system, *demo, *rest]
 
     def step(self, text: str) -> Step:
         if self._example is None or self._index is None:
@@ -177,10 +202,17 @@ class SearchEnv(Environment):
             self.solved = reward == 1.0
             return Step(reward=reward, done=True)
         info: dict[str, float] = {}
+        reward = 0.0
         if action == "search" and content:
             self.searches += 1
             info["searches"] = 1.0
-            reply = format_information(self._index.search(content, self.k), self.max_chars)
+            hits = self._index.search(content, self.k)
+            new_gold = {doc.id for doc, _ in hits} & self._gold - self._found
+            if new_gold:
+                self._found |= new_gold
+                info["gold_retrieved"] = float(len(new_gold))
+                reward = self.retrieval_reward * len(new_gold) / len(self._gold)
+            reply = format_information(hits, self.max_chars)
         else:
             self.invalid_turns += 1
             info["invalid_turns"] = 1.0
@@ -189,8 +221,8 @@ class SearchEnv(Environment):
             reply = EMPTY_QUERY_FEEDBACK if action == "search" else INVALID_TURN_FEEDBACK
         if self.turns >= self.max_turns:
             info["truncated"] = 1.0
-            return Step(reward=0.0, done=True, info=info)
-        return Step(messages=[{"role": self.role, "content": reply}], info=info)
+            return Step(reward=reward, done=True, info=info)
+        return Step(messages=[{"role": self.role, "content": reply}], reward=reward, info=info)
 
     def outcome(self) -> dict[str, float]:
         return {
@@ -198,6 +230,7 @@ class SearchEnv(Environment):
             "searches": float(self.searches),
             "invalid_turns": float(self.invalid_turns),
             "turns": float(self.turns),
+            "gold_found": len(self._found) / len(self._gold) if self._gold else 0.0,
         }
 
 

@@ -52,6 +52,20 @@ def check_algorithm(cfg: RunConfig) -> None:
             f"algo.critic.kind: the estimator '{a.advantage}' takes no values, so the critic would "
             "never be used; set algo.critic.kind: none"
         )
+    if a.turn_advantage == "turn":
+        from rlvr.train.turns import TURN_MODE_ESTIMATORS
+
+        if a.advantage not in TURN_MODE_ESTIMATORS:
+            raise RlvrError(
+                f"algo.turn_advantage: 'turn' computes group-relative returns per turn, so it needs "
+                f"algo.advantage grpo or dr_grpo, not '{a.advantage}'; token-level estimators (gae) "
+                "already credit each turn from the turn rewards placed on its last token"
+            )
+        if cfg.rewards.shaping or a.kl_in_reward:
+            raise RlvrError(
+                "algo.turn_advantage: 'turn' takes the rewards as the environment gave them; drop "
+                "rewards.shaping and algo.kl_in_reward, or use turn_advantage: trajectory"
+            )
     try:
         loss = POLICY_LOSSES.get(a.loss)
     except RlvrError as err:

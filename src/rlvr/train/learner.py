@@ -28,8 +28,23 @@ from rlvr.models import load_model
 from rlvr.train.batch import TrainBatch, build_batch
 from rlvr.train.controllers import Coefficients
 from rlvr.train.critic import build_critic, value_metrics
-from rlvr.train.estimate import estimate_advantages, kl_token_rewards, sampled_kl, shape_rewards, takes
+from rlvr.train.estimate import (
+    Estimate,
+    estimate_advantages,
+    kl_token_rewards,
+    sampled_kl,
+    shape_rewards,
+    takes,
+)
 from rlvr.train.optim import build_optimizer, build_scheduler
+from rlvr.train.turns import (
+    TURN_MODE_ESTIMATORS,
+    SampledLayout,
+    has_turn_rewards,
+    outcome_rewards,
+    turn_advantages,
+    turn_end_rewards,
+)
 from rlvr.train.update import batch_logprobs, policy_update
 from rlvr.trajectory import TrajectoryGroup
 
@@ -121,17 +136,28 @@ class Learner:
         batch = build_batch([g.trajectories for g in groups], [0.0] * count, self.pad_id)
         on_device, mask, index = batch.to(cfg.model.device), batch.completion_mask, batch.group_index
         rewards = torch.tensor([x for g in groups for x in g.rewards], dtype=torch.float32)
+        trajectories = [t for g in groups for t in g.trajectories]
+        # token-level estimators see the sampled tokens only, as a prefix (identity for one turn)
+        layout = SampledLayout(mask)
         context: dict[str, Any] = {"lengths": mask.sum(dim=1), "max_new_tokens": max_new}
         metrics: dict[str, float] = {}
+        turn_rewards = None
+        if has_turn_rewards(trajectories):  # on each turn's last token; the sequence keeps the outcome
+            rewards, turn_rewards = (
+                outcome_rewards(trajectories),
+                turn_end_rewards(trajectories, layout.width),
+            )
         if cfg.rewards.shaping:
             rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
             metrics["reward/shaped_mean"] = float(rewards.mean())
         if a.kl_in_reward and self.ref_model is not None:
             ref = batch_logprobs(self.ref_model, on_device, a.micro_batch_size, temperature).cpu()
             kl = sampled_kl(batch.sampling_logprobs, ref, mask)
-            context["token_rewards"] = kl_token_rewards(kl, mask, self.coefs.kl)
+            context["token_rewards"] = layout.compact(kl_token_rewards(kl, mask, self.coefs.kl))
             metrics["reward/kl"] = float((kl * token_weights(mask, a.loss_agg, max_new)).sum())
             metrics["reward/kl_penalty"] = float(-context["token_rewards"].sum(dim=1).mean())
+        if turn_rewards is not None:
+            context["token_rewards"] = context.get("token_rewards", 0.0) + turn_rewards
         if self.needs_greedy_baseline:
             if any(g.baseline_reward is None for g in groups):
                 raise ValueError(f"the estimator '{a.advantage}' needs each group's baseline_reward")
@@ -139,8 +165,18 @@ class Learner:
         old_values = None
         if self.critic is not None:
             old_values = self.critic.batch_values(self.model, on_device, a.micro_batch_size, temperature)
-            context["values"] = old_values = old_values.cpu()
-        estimate = estimate_advantages(a.advantage, a.advantage_params, rewards, index, context)
+            context["values"] = layout.compact(old_values := old_values.cpu())
+        if a.turn_advantage == "turn":
+            params = a.advantage_params
+            normalize = TURN_MODE_ESTIMATORS[a.advantage] and params.get("normalize_std", True)
+            advantages = turn_advantages(
+                trajectories, index, mask.shape[1], a.turn_discount, normalize, params.get("eps", 1e-6)
+            )
+            estimate = Estimate(advantages, {}, rewards)
+        else:
+            estimate = estimate_advantages(a.advantage, a.advantage_params, rewards, index, context)
+            estimate.advantages = layout.expand(estimate.advantages)
+            estimate.targets = {k: layout.expand(v) for k, v in estimate.targets.items()}
         returns = estimate.targets.get("returns") if self.critic is not None else None
         if returns is not None:
             metrics.update(value_metrics(old_values, returns, mask))

@@ -19,3 +19,12 @@ class TwoTurns(Environment):
         if self.turns >= 2:
             return Step(done=True, reward=reward)
         return Step([{"role": "user", "content": "Go on."}], reward=reward)
+
+
+@register_env("fixture_one_turn")
+class OneTurn(Environment):
+    """Ends the episode at the model's first turn with no reward of its own: the one-turn case of
+    a multi-turn rollout, which must train exactly as a single-turn task does."""
+
+    def step(self, text: str) -> Step:
+        return Step(done=True)

@@ -306,3 +306,29 @@ def test_an_environment_dataset_source(tmp_path) -> None:
         build_datasets(load_config(None, ["data.source=env", "data.task=nope"]).data)
     with pytest.raises(RlvrError, match="data.task_config for 'search'"):
         build_datasets(load_config(None, ["data.source=env", "data.task=search"]).data)  # chain_sum's config
+
+
+def test_one_turn_episodes_train_exactly_like_single_turn(tmp_path) -> None:
+    """The single-turn task is the one-turn case of the same rollout: an environment that ends at the
+    first turn gives the same samples, rewards, advantages, losses and weights, bit for bit. Fails if
+    the episode path samples differently (another prompt, RNG use or stop handling), lays the ledger
+    out differently, or scores or trains it differently."""
+    from rlvr.log import read_jsonl
+
+    common = [*TINY_RUN, f"output_dir={tmp_path}", "train.steps=2", "optim.lr=1e-3", "data.eval_size=0"]
+    api.train(load_config(None, [*common, "name=single"]), quiet=True)
+    api.train(load_config(None, [*common, "name=episode", "env.name=fixture_one_turn"]), quiet=True)
+
+    def rows(name: str, log: str) -> list[dict]:
+        drop = ("time/", "throughput/", "env/")  # wall clock, and the episode counters
+        return [
+            {k: v for k, v in r.items() if not k.startswith(drop)} for r in read_jsonl(tmp_path / name / log)
+        ]
+
+    for log in ("metrics.jsonl", "samples.jsonl"):
+        single, episode = rows("single", log), rows("episode", log)
+        assert single and [sorted(r) for r in single] == [sorted(r) for r in episode], log
+        assert single == episode, log
+    a = load_model(str(tmp_path / "single" / "checkpoints" / "step-000002" / "model"))
+    b = load_model(str(tmp_path / "episode" / "checkpoints" / "step-000002" / "model"))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))

@@ -332,3 +332,41 @@ def test_one_turn_episodes_train_exactly_like_single_turn(tmp_path) -> None:
     a = load_model(str(tmp_path / "single" / "checkpoints" / "step-000002" / "model"))
     b = load_model(str(tmp_path / "episode" / "checkpoints" / "step-000002" / "model"))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+class Verbose(Environment):
+    """Answers the first turn with a 300-word message, then ends."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def step(self, text: str) -> Step:
+        self.turns += 1
+        if self.turns == 2:
+            return Step(done=True)
+        return Step([{"role": "tool", "content": " ".join(f"w{i}" for i in range(300))}])
+
+
+def test_long_observations_are_cut_marked_and_counted(tok) -> None:
+    engine = ScriptedEngine(tok, ["look", "done"])
+    runs = {}
+    for cap in (None, 12):
+        stats = EpisodeStats()
+        with ThreadPoolExecutor(2) as threads:
+            runs[cap] = run_episodes(
+                engine,
+                tok,
+                [(0, _example(0))],
+                lambda e: Verbose(),
+                SamplingParams(n=1, max_new_tokens=8),
+                EpisodeLimits(max_turns=3, max_tokens=4096, max_observation_tokens=cap),
+                threads,
+                stats,
+            )[0][0]
+        runs[cap, "stats"] = stats.counters
+    full, cut = (len([s for s in runs[c].segments if s.kind == "context"][0].token_ids) for c in (None, 12))
+    assert full > 300 and cut < 40  # 12 tokens of the message, the mark and the template's boundary
+    text = tok.decode([s for s in runs[12].segments if s.kind == "context"][0].token_ids)
+    assert "w0" in text and "w299" not in text and "[...]" in text
+    assert runs[12, "stats"]["observation_truncated"] == 1.0
+    assert "observation_truncated" not in runs[None, "stats"]

@@ -77,7 +77,10 @@ class Collector:
         self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
         self.tokenizer = tokenizer
-        self.limits = EpisodeLimits(cfg.env.max_turns, cfg.env.max_tokens, cfg.env.step_timeout_s)
+        env = cfg.env
+        self.limits = EpisodeLimits(
+            env.max_turns, env.max_tokens, env.step_timeout_s, env.max_observation_tokens
+        )
         self.episode_stats = EpisodeStats()
         self._env_threads: ThreadPoolExecutor | None = None
         if len({bool(self.env_of(e)) for e in self.eval_examples}) > 1:

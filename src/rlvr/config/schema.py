@@ -100,6 +100,12 @@ class EnvConfig(Section):
         512, ge=1, description="Response tokens per episode (model and environment) before it is cut."
     )
     step_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one environment step.")
+    max_observation_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="An environment message longer than this many tokens is cut (marked ' [...]' and "
+        "counted in env/observation_truncated); None: never cut.",
+    )
     threads: int = Field(8, ge=1, description="Environment steps run concurrently on this many threads.")
 
 

@@ -7,10 +7,12 @@ environment reacts to its model turn concurrently in a thread pool, with a timeo
 finished episodes drop out. The conversation is kept as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`,
 so the trajectory holds the model's tokens exactly as sampled and the environment's as context.
 
-An episode ends when its environment says so, at ``max_turns`` model turns, or when its response
-would pass ``max_tokens``. Its ``finish_reason`` is ``"stop"`` when the environment ended it,
-``"max_turns"``, or ``"length"`` when it ran out of tokens (the token budget, or a last turn cut at
-``max_new_tokens``), which is what overlong filters and penalties read. An environment that raises
+An environment message longer than ``max_observation_tokens`` is cut to that many tokens, marked
+and counted (``observation_truncated``). An episode ends when its environment says so, at
+``max_turns`` model turns, or when its response would pass ``max_tokens``. Its ``finish_reason``
+is ``"stop"`` when the environment ended it, ``"max_turns"``, or ``"length"`` when it ran out of
+tokens (the token budget, or a last turn cut at ``max_new_tokens``), which is what overlong
+filters and penalties read. An environment that raises
 or times out ends its episode with an error (``errors["env"]``): the collector handles it like a
 reward error, never as a silent zero.
 """
@@ -36,6 +38,7 @@ class EpisodeLimits:
     max_turns: int = 4  # model turns per episode
     max_tokens: int = 512  # response tokens per episode (model and environment), beyond the prompt
     step_timeout_s: float = 10.0  # wall-clock limit of one environment step
+    max_observation_tokens: int | None = None  # an environment message longer than this is cut
 
 
 @dataclass
@@ -179,9 +182,30 @@ def _env_turns(episodes: list[Episode], threads: ThreadPoolExecutor, limits: Epi
             cut = e.finish_reason == "length"  # the last turn itself ran out of tokens
             e.finish_reason = "length" if cut else ("stop" if step.done else "max_turns")
             continue
-        e.ledger.add_messages(step.messages)
+        messages = step.messages
+        if limits.max_observation_tokens is not None:
+            messages, cut = truncate_observations(e.ledger.tokenizer, messages, limits.max_observation_tokens)
+            if cut:
+                e.info["observation_truncated"] = e.info.get("observation_truncated", 0.0) + cut
+        e.ledger.add_messages(messages)
         if e.ledger.response_length >= limits.max_tokens:
             e.done, e.finish_reason = True, "length"
+
+
+TRUNCATION_MARK = " [...]"
+
+
+def truncate_observations(tokenizer, messages: list[dict[str, str]], max_tokens: int) -> tuple[list, int]:
+    """``messages`` with each content cut to its first ``max_tokens`` tokens (plus a visible mark),
+    and how many were cut. Environment text is not the model's, so decoding its tokens is safe."""
+    out, cut = [], 0
+    for message in messages:
+        ids = tokenizer(message["content"], add_special_tokens=False)["input_ids"]
+        if len(ids) > max_tokens:
+            message = {**message, "content": tokenizer.decode(ids[:max_tokens]) + TRUNCATION_MARK}
+            cut += 1
+        out.append(message)
+    return out, cut
 
 
 def _trajectory(e: Episode) -> Trajectory:

@@ -2,12 +2,14 @@
 
 from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_env
 from rlvr.envs.calculator import Calculator
+from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
 
 __all__ = [
     "ENVIRONMENTS",
     "Calculator",
     "Environment",
+    "PythonTool",
     "SearchEnv",
     "Step",
     "make_env",

@@ -370,3 +370,19 @@ def test_long_observations_are_cut_marked_and_counted(tok) -> None:
     assert "w0" in text and "w299" not in text and "[...]" in text
     assert runs[12, "stats"]["observation_truncated"] == 1.0
     assert "observation_truncated" not in runs[None, "stats"]
+
+
+def test_the_final_eval_is_budgeted_for_the_turns_episodes_now_take() -> None:
+    """A policy that learned to call a tool takes two turns where the evaluation before training saw
+    one: the time budget must reserve twice the eval time (it reserved the old time and overran)."""
+    from types import SimpleNamespace
+
+    from rlvr.collect.collector import Collector
+
+    def estimate(eval_turns: float, train_turns: float) -> float:
+        state = SimpleNamespace(eval_s=30.0, _eval_turns=eval_turns, _train_turns=train_turns)
+        return Collector.final_eval_s.fget(state)
+
+    assert estimate(1.0, 2.0) == 60.0
+    assert estimate(2.0, 1.0) == 30.0  # fewer turns now: keep the measured time (never less)
+    assert estimate(0.0, 2.0) == 30.0  # single-turn runs: the measured time

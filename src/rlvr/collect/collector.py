@@ -93,6 +93,7 @@ class Collector:
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
                 env_factory(name)  # an unknown name fails now, naming the registered ones
         self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
+        self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
 
     # ----------------------------------------------------------------------------- state
     @property
@@ -283,6 +284,7 @@ class Collector:
                     group_by=e.group_by,
                 )
                 self.eval_s = time.perf_counter() - began
+                self._eval_turns = metrics.get("eval/turns", 0.0)
                 return metrics, records
             metrics = evaluate(
                 self.engine,
@@ -300,6 +302,15 @@ class Collector:
             )
         self.eval_s = time.perf_counter() - began
         return metrics, records
+
+    @property
+    def final_eval_s(self) -> float:
+        """What the next held-out evaluation is expected to take: the last one's time, scaled up
+        when training episodes now take more model turns than the evaluated ones did (a policy that
+        learned to call a tool doubles its turns, and the final eval's time with them)."""
+        if self._eval_turns > 0 and self._train_turns > self._eval_turns:
+            return self.eval_s * self._train_turns / self._eval_turns
+        return self.eval_s
 
     def _score_eval(self, completions: list, examples: list[Example]) -> list:
         return score_completions(self.eval_pool, completions, examples)
@@ -321,6 +332,7 @@ class Collector:
         s, self.episode_stats = self.episode_stats, EpisodeStats()
         if not s.counters:
             return {}
+        self._train_turns = s.counters.get("turns", 0.0) / max(s.episodes, 1)
         metrics = {f"env/{k}": v for k, v in s.counters.items()}
         return {**metrics, "time/model_s": s.model_s, "time/env_s": s.env_s}
 

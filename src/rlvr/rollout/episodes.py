@@ -61,6 +61,7 @@ class EpisodeStats:
 
     model_s: float = 0.0
     env_s: float = 0.0
+    episodes: int = 0
     counters: dict[str, float] = field(default_factory=dict)
 
 
@@ -112,6 +113,7 @@ def run_episodes(
     out = []
     for group in groups:
         out.append([_trajectory(e) for e in group])
+        stats.episodes += len(group)
         for e in group:
             stats.counters["turns"] = stats.counters.get("turns", 0.0) + e.turns
             stats.counters["truncated"] = stats.counters.get("truncated", 0.0) + (

@@ -194,7 +194,7 @@ class Orchestrator:
                     time.perf_counter() - self.started,
                     cfg.train.time_budget_s,
                     metrics.get("time/step_s", 0.0),
-                    self.collector.eval_s,
+                    self.collector.final_eval_s,
                     self.save_s,
                 ):
                     self.console.print(

@@ -290,6 +290,13 @@ def test_a_training_step_over_two_turns(tmp_path) -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
     assert make_env("fixture_two_turns").step("x").messages == [{"role": "user", "content": "Go on."}]
     assert make_env("env_fixtures:TwoTurns").step("x").messages == [{"role": "user", "content": "Go on."}]
+    samples = read_jsonl(tmp_path / "mt" / "samples.jsonl")
+    assert samples and all(len(r["turn_rewards"]) == 2 for r in samples)
+    for r in samples:  # the whole conversation, segment by segment, with what was trained
+        assert [c["trained"] for c in r["conversation"]] == [True, False, True]
+        assert "Go on." in r["conversation"][1]["text"] and r["conversation"][2]["text"].endswith(
+            r["completion"]
+        )
     evals = [r for r in read_jsonl(tmp_path / "mt" / "metrics.jsonl") if r["phase"] != "train"]
     assert [r["eval/turns"] for r in evals] == [2.0, 2.0]  # held-out episodes play out too
 

@@ -251,7 +251,11 @@ class Collector:
 
     def sample_records(self, groups: list[TrajectoryGroup], step: int, limit: int) -> list[dict[str, Any]]:
         """samples.jsonl rows (prompt text, completion, rewards, advantage) of the first ``limit``."""
-        return list(sample_records(groups, self.train_examples, step, limit))
+
+        def decode(ids: list[int]) -> str:
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+        return list(sample_records(groups, self.train_examples, step, limit, decode))
 
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(

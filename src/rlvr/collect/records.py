@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rlvr.data import Example
 from rlvr.eval.evaluate import CORRECT_AT
-from rlvr.trajectory import TrajectoryGroup
+from rlvr.trajectory import SAMPLED, Trajectory, TrajectoryGroup
 
 
 def reward_metrics(groups: list[TrajectoryGroup], correctness: str) -> dict[str, float]:
@@ -29,18 +29,32 @@ def reward_metrics(groups: list[TrajectoryGroup], correctness: str) -> dict[str,
     return metrics
 
 
+def conversation(t: Trajectory, decode: Callable[[list[int]], str]) -> list[dict[str, Any]]:
+    """A multi-turn trajectory's response as it was played: each segment's text, token count and
+    whether it was trained on (the model's turns) or only attended to (the environment's)."""
+    return [
+        {"trained": s.kind == SAMPLED, "tokens": len(s.token_ids), "text": decode(s.token_ids)}
+        for s in t.segments
+    ]
+
+
 def sample_records(
-    groups: list[TrajectoryGroup], examples: Sequence[Example], step: int, limit: int
+    groups: list[TrajectoryGroup],
+    examples: Sequence[Example],
+    step: int,
+    limit: int,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """samples.jsonl rows of the first ``limit`` trajectories (all for -1); a group dropped before
-    the update has advantage None, and an errored one reward None."""
+    the update has advantage None, and an errored one reward None. A multi-turn trajectory's row
+    also holds its ``turn_rewards`` and, with ``decode``, its ``conversation`` (segment by segment)."""
     written = 0
     for g in groups:
         for t in g.trajectories:
             if 0 <= limit <= written:
                 return
             example = examples[g.example_index]
-            yield {
+            row = {
                 "step": step,
                 "example_id": example.id,
                 "prompt": example.question,
@@ -53,4 +67,9 @@ def sample_records(
                 "errors": t.errors,
                 "advantage": t.advantage,
             }
+            if len(t.segments) > 1:
+                row["turn_rewards"] = t.turn_rewards
+                if decode is not None:
+                    row["conversation"] = conversation(t, decode)
+            yield row
             written += 1

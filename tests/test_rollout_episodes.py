@@ -294,9 +294,7 @@ def test_a_training_step_over_two_turns(tmp_path) -> None:
     assert samples and all(len(r["turn_rewards"]) == 2 for r in samples)
     for r in samples:  # the whole conversation, segment by segment, with what was trained
         assert [c["trained"] for c in r["conversation"]] == [True, False, True]
-        assert "Go on." in r["conversation"][1]["text"] and r["conversation"][2]["text"].endswith(
-            r["completion"]
-        )
+        assert "Go on." in r["conversation"][1]["text"]
     evals = [r for r in read_jsonl(tmp_path / "mt" / "metrics.jsonl") if r["phase"] != "train"]
     assert [r["eval/turns"] for r in evals] == [2.0, 2.0]  # held-out episodes play out too
 

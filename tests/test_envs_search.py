@@ -267,11 +267,11 @@ def test_max_turns_ends_the_episode_unsolved():
         env, example, ["<search>a</search>", "<search>b</search>", "<answer>x</answer>"]
     )
     assert len(steps) == 2 and steps[-1].done and steps[-1].messages == []
-    assert steps[-1].info == {"searches": 1.0, "truncated": 1.0}
+    assert steps[-1].info == {"searches": 1.0, "unanswered": 1.0}
     assert reward == 0.0 and outcome["solved"] == 0.0 and outcome["searches"] == 2.0
     # an invalid last turn also ends it
     _, steps, outcome = _run(SearchEnv(max_turns=1), example, ["hmm"])
-    assert steps[0].done and steps[0].info == {"invalid_turns": 1.0, "truncated": 1.0}
+    assert steps[0].done and steps[0].info == {"invalid_turns": 1.0, "unanswered": 1.0}
 
 
 def test_text_after_the_stop_string_is_ignored():

@@ -4,6 +4,7 @@ and a training step through the real loop with an environment."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -190,6 +191,40 @@ def test_max_turns_and_the_token_budget_end_episodes(tok) -> None:
         )[0][0]
     assert by_turns.finish_reason == "max_turns" and sum(s.kind == "sampled" for s in by_turns.segments) == 3
     assert by_tokens.finish_reason == "length" and len(by_tokens.response_ids) <= 40 + 16
+    stats = EpisodeStats()
+    with ThreadPoolExecutor(2) as threads:
+        (by_tokens,) = run_episodes(
+            engine,
+            tok,
+            [(0, _example(0))],
+            lambda e: Calculator(demonstrate=False),
+            SamplingParams(n=2, max_new_tokens=8),
+            EpisodeLimits(max_turns=50, max_tokens=40),
+            threads,
+            stats,
+        )[0][:1]
+    assert stats.counters["truncated"] == 2.0  # both episodes of the group were cut
+
+    class Slow(Environment):
+        def step(self, text: str) -> Step:
+            time.sleep(0.2)
+            return Step([{"role": "tool", "content": "wait"}])
+
+    stats = EpisodeStats()
+    with ThreadPoolExecutor(2) as threads:
+        (timed_out,) = run_episodes(
+            engine,
+            tok,
+            [(0, _example(0))],
+            lambda e: Slow(),
+            SamplingParams(n=1, max_new_tokens=8),
+            EpisodeLimits(max_turns=1000, max_tokens=100_000, episode_timeout_s=0.5),
+            threads,
+            stats,
+        )[0]
+    # ended by the clock well before its turn or token budget, counted, cut like a token overflow
+    assert timed_out.finish_reason == "length" and stats.counters["episode_timeouts"] == 1.0
+    assert stats.counters["truncated"] == 1.0 and 1 <= stats.counters["turns"] < 100
 
 
 class Failing(Environment):

@@ -100,6 +100,12 @@ class EnvConfig(Section):
         512, ge=1, description="Response tokens per episode (model and environment) before it is cut."
     )
     step_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one environment step.")
+    episode_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Wall-clock limit of an episode, model and environment turns together; past it the "
+        "episode ends cut (finish_reason length, counted in env/episode_timeouts). None: no limit.",
+    )
     max_observation_tokens: int | None = Field(
         None,
         ge=1,

@@ -141,7 +141,8 @@ class SearchEnv(Environment):
     threshold of 1.
 
     ``Step.info`` holds what the turn adds to the run's counters (``searches``, ``invalid_turns``,
-    ``empty_searches``, ``gold_retrieved``, ``truncated``); :meth:`outcome` has the episode's totals.
+    ``empty_searches``, ``gold_retrieved``, ``unanswered``: the turn limit came first);
+    :meth:`outcome` has the episode's totals.
     """
 
     stop_strings = (_SEARCH_CLOSE,)
@@ -220,7 +221,7 @@ class SearchEnv(Environment):
                 info["empty_searches"] = 1.0
             reply = EMPTY_QUERY_FEEDBACK if action == "search" else INVALID_TURN_FEEDBACK
         if self.turns >= self.max_turns:
-            info["truncated"] = 1.0
+            info["unanswered"] = 1.0
             return Step(reward=reward, done=True, info=info)
         return Step(messages=[{"role": self.role, "content": reply}], reward=reward, info=info)
 

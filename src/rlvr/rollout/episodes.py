@@ -9,10 +9,11 @@ so the trajectory holds the model's tokens exactly as sampled and the environmen
 
 An environment message longer than ``max_observation_tokens`` is cut to that many tokens, marked
 and counted (``observation_truncated``). An episode ends when its environment says so, at
-``max_turns`` model turns, or when its response would pass ``max_tokens``. Its ``finish_reason``
-is ``"stop"`` when the environment ended it, ``"max_turns"``, or ``"length"`` when it ran out of
-tokens (the token budget, or a last turn cut at ``max_new_tokens``), which is what overlong
-filters and penalties read. An environment that raises
+``max_turns`` model turns, when its response would pass ``max_tokens``, or when it has run for
+``episode_timeout_s`` (counted in ``episode_timeouts``). Its ``finish_reason``
+is ``"stop"`` when the environment ended it, ``"max_turns"``, or ``"length"`` when it was cut (the
+token budget, a last turn cut at ``max_new_tokens``, the time limit; counted in ``truncated``),
+which is what overlong filters and penalties read. An environment that raises
 or times out ends its episode with an error (``errors["env"]``): the collector handles it like a
 reward error, never as a silent zero.
 """
@@ -39,6 +40,7 @@ class EpisodeLimits:
     max_tokens: int = 512  # response tokens per episode (model and environment), beyond the prompt
     step_timeout_s: float = 10.0  # wall-clock limit of one environment step
     max_observation_tokens: int | None = None  # an environment message longer than this is cut
+    episode_timeout_s: float | None = None  # wall-clock limit of an episode (model and environment)
 
 
 @dataclass
@@ -94,9 +96,14 @@ def run_episodes(
             raise ValueError(f"example {example.id}: the episodes of a group must open with the same prompt")
         groups.append(group)
 
-    first = True
+    first, started = True, time.monotonic()
     while True:
         live = [e for g in groups for e in g if not e.done]
+        if limits.episode_timeout_s is not None and time.monotonic() - started > limits.episode_timeout_s:
+            for e in live:  # the batch's episodes started together: each has run this long
+                e.done, e.finish_reason = True, "length"
+                e.info["episode_timeouts"] = 1.0
+            live = []
         if not live:
             break
         began = time.perf_counter()
@@ -116,9 +123,8 @@ def run_episodes(
         stats.episodes += len(group)
         for e in group:
             stats.counters["turns"] = stats.counters.get("turns", 0.0) + e.turns
-            stats.counters["truncated"] = stats.counters.get("truncated", 0.0) + (
-                e.finish_reason == "truncated"
-            )
+            # cut by the token budget, a turn at max_new_tokens, or the episode's time limit
+            stats.counters["truncated"] = stats.counters.get("truncated", 0.0) + (e.finish_reason == "length")
             stats.counters["env_errors"] = stats.counters.get("env_errors", 0.0) + (e.error is not None)
             for key, value in e.info.items():
                 stats.counters[key] = stats.counters.get(key, 0.0) + value

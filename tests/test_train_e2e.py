@@ -66,6 +66,8 @@ def test_training_changes_the_weights(tmp_path) -> None:
 # optimizer, or a separate model with its own optimizer) and the adaptive coefficients
 STATEFUL = {
     "plain": [],
+    # LoRA: the adapter is what resumes (on top of the base model), not the merged weights
+    "lora_with_kl": ["model.lora.r=4", "model.lora.alpha=8", "algo.kl_coef=0.05"],
     "head_critic_adaptive_kl": [
         "algo.advantage=gae",
         "algo.critic.kind=head",
@@ -89,6 +91,7 @@ STATEFUL = {
 }
 COMPARED = {
     "plain": [],
+    "lora_with_kl": ["update/kl"],
     "head_critic_adaptive_kl": ["update/value_loss", "critic/value_mean", "algo/kl_coef", "update/kl"],
     "separate_critic_kl_in_reward_adaptive_entropy": [
         "update/value_loss",

@@ -14,6 +14,15 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class LoraConfig(Section):
+    r: int = Field(0, ge=0, description="LoRA rank; 0 trains every weight (no adapters).")
+    alpha: float = Field(16.0, gt=0, description="LoRA scaling numerator (the update is alpha/r · BA).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapters' input.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Module names that get adapters, or every linear layer but the output."
+    )
+
+
 class ModelConfig(Section):
     name: str = Field(
         "smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline)."
@@ -23,6 +32,7 @@ class ModelConfig(Section):
     )
     device: str = Field("cpu", description="Torch device for the policy: cpu, cuda, cuda:1, …")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = all cores.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
 class DataConfig(Section):

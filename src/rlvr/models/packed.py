@@ -35,8 +35,11 @@ def packing_pays(rows: int, max_new_tokens: int) -> bool:
 
 
 def packed_decode_available(model: torch.nn.Module) -> bool:
-    """Whether packed decode can apply: MKL present and the model on CPU in fp32."""
+    """Whether packed decode can apply: MKL present, the model on CPU in fp32, and no LoRA adapters
+    (packed copies of the base weights would leave the adapters out)."""
     if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
+        return False
+    if hasattr(model, "peft_config"):
         return False
     param = next(model.parameters(), None)
     return param is not None and param.device.type == "cpu" and param.dtype == torch.float32

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.models.lora import has_adapters, save_lora
 
 PREFIX = "step-"
 
@@ -58,7 +59,10 @@ def save_checkpoint(
     tmp = root / f".tmp-{PREFIX}{step:06d}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    if has_adapters(model):  # the adapter (to resume) and the merged model (to load anywhere)
+        save_lora(model, tmp)
+    else:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer_state.pt")

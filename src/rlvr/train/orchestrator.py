@@ -26,6 +26,7 @@ from rlvr.data.from_config import build_datasets
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
+from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
 from rlvr.train import checkpoint as ckpt
@@ -60,9 +61,16 @@ class Orchestrator:
             group_of(example, cfg.eval.group_by)
         self.tokenizer = load_tokenizer(cfg.model.name)
         start = ckpt.resume_point(self.run_dir / "checkpoints") if resume else None
-        policy = load_model(
-            str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
-        )
+        if cfg.model.lora.r:  # adapters on the base model: fresh, or the checkpoint's on a resume
+            base = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
+            policy = apply_lora(base, cfg.model.lora, start / ADAPTER_DIR if start else None)
+            trained, total = trainable_parameters(policy)
+            if not quiet:
+                self.console.print(f"LoRA r={cfg.model.lora.r}: training {trained:,} of {total:,} parameters")
+        else:
+            policy = load_model(
+                str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
+            )
         # In one process the engine samples from the learner's own module: syncing copies nothing.
         engine = build_engine(cfg, policy, self.tokenizer)
         self.learner = Learner(cfg, policy, engine.pad_id)

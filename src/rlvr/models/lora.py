@@ -1,0 +1,73 @@
+"""LoRA adapters (PEFT) on the policy: train low-rank updates only, save adapter and merged weights.
+
+With ``model.lora.r > 0`` the policy's linear layers get adapters (:func:`apply_lora`); the
+optimizer sees only their parameters (the base weights are frozen by PEFT), so its state is a few
+MB instead of twice the model. The in-process engine samples from the same module, adapters
+included (the packed and fused decode paths read raw base weights, so they are off for it:
+``rlvr.models.packed.packed_decode_available``). A checkpoint holds both forms
+(:func:`save_lora`): ``adapter/`` (PEFT's own format, what a resume loads on top of the base model)
+and ``model/`` with the adapters merged into a plain transformers model, which ``rlvr eval``,
+``from_pretrained`` and any inference server load with no PEFT at all.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from rlvr.config.schema import LoraConfig
+from rlvr.errors import RlvrError
+
+ADAPTER_DIR = "adapter"
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError as err:
+        raise RlvrError(
+            "model.lora.r > 0 needs PEFT, which is not installed: pip install 'rlvr[peft]'"
+        ) from err
+    return peft
+
+
+def has_adapters(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a PEFT model (its forward adds adapter outputs to the base layers)."""
+    return hasattr(model, "peft_config")
+
+
+def apply_lora(model: torch.nn.Module, settings: LoraConfig, adapter: Path | None = None) -> torch.nn.Module:
+    """``model`` with fresh adapters of ``settings`` (the LoRA B matrices start at zero, so the
+    output is unchanged), or with the trained ones saved in ``adapter`` (a resume)."""
+    peft = _peft()
+    if adapter is not None:
+        return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    config = peft.LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as err:  # e.g. a target module name the model does not have
+        raise RlvrError(f"model.lora.target_modules: {err}") from err
+
+
+def save_lora(model: torch.nn.Module, directory: Path) -> None:
+    """Write ``directory/adapter`` (PEFT) and ``directory/model`` (adapters merged, plain transformers).
+
+    The merge runs on a copy: merging in place and unmerging afterwards would leave the base weights
+    off by the rounding of ``W + BA - BA``."""
+    model.save_pretrained(directory / ADAPTER_DIR, safe_serialization=True)
+    merged = copy.deepcopy(model).merge_and_unload()
+    merged.save_pretrained(directory / "model", safe_serialization=True)
+
+
+def trainable_parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())

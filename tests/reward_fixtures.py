@@ -104,6 +104,14 @@ def scaled_len(completion, example, *, scale: float = 1.0):
     return scale * len(completion)
 
 
+def slow_len(completion, example, *, seconds: float = 0.05):
+    """``scaled_len`` (scale 0.01) that takes ``seconds``: a slow verifier."""
+    import time
+
+    time.sleep(seconds)
+    return 0.01 * len(completion)
+
+
 def scaled_len_odd_ids(completion, example, *, scale: float = 1.0):
     """``scaled_len`` for examples whose id ends in an odd number, 0 for the rest: every other
     group has equal rewards, so dynamic sampling drops it."""

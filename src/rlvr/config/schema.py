@@ -327,6 +327,13 @@ class TrainConfig(Section):
         description="Whole-run wall-clock budget (model loading and evals included): training stops "
         "early enough for the final eval and checkpoint to fit; null: none.",
     )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Asynchronous collection: sample the next batches in a background thread on a copy of "
+        "the policy while the learner trains, each batch at most this many updates old when trained on "
+        "(0: async machinery, synchronous order). None: the synchronous loop.",
+    )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
     final_checkpoint: Literal["full", "model", "none"] = Field(

@@ -10,6 +10,7 @@ copies (``rlvr.models.packed``).
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 
 import torch
@@ -76,6 +77,8 @@ class HFEngine:
         self.packed_weights = packed_weights
         self.fuse_layers = fuse_layers
         self.policy_version = 0  # set by the weight sync; trajectories carry it
+        # held while generating: a weight sync into this engine's own copy waits for it (pause/resume)
+        self.lock = threading.RLock()
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
@@ -109,6 +112,10 @@ class HFEngine:
         return "packed" if self.packed_weights == "on" or packing_pays(rows, tokens) else "plain"
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        with self.lock:
+            return self._generate(prompts, params)
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         per_chunk = max(1, self.max_batch_sequences // params.n)
         groups: list[list[Completion]] = []
         was_training = self.model.training

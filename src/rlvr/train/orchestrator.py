@@ -14,6 +14,7 @@ replicated over ranks is another :meth:`Orchestrator.step` beside this one, not 
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
 from rlvr.train import checkpoint as ckpt
+from rlvr.train.async_collect import AsyncCollector, CopySync
 from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.estimate import check_algorithm
@@ -71,12 +73,18 @@ class Orchestrator:
             policy = load_model(
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
-        # In one process the engine samples from the learner's own module: syncing copies nothing.
-        engine = build_engine(cfg, policy, self.tokenizer)
+        self.pipeline: AsyncCollector | None = None
+        if cfg.train.max_staleness is None:
+            # In one process the engine samples from the learner's own module: syncing copies nothing.
+            engine = build_engine(cfg, policy, self.tokenizer)
+            self.sync: InProcessSync | CopySync = InProcessSync(engine)
+        else:  # the engine samples from its own copy while the learner trains (async_collect.py)
+            engine = build_engine(cfg, copy.deepcopy(policy).requires_grad_(False), self.tokenizer)
+            self.sync = CopySync(engine)
         self.learner = Learner(cfg, policy, engine.pad_id)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
-        self.sync = InProcessSync(engine)
         self.step, self.elapsed = 0, 0.0
+        self.pipeline_step = 0  # the step whose batch the background collector was last allowed
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
         self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
         if start:
@@ -130,9 +138,20 @@ class Orchestrator:
     def train_step(self) -> dict[str, float]:
         """Collect, update, sync; write the step's samples and trajectories; return its metrics."""
         t0 = time.perf_counter()
-        collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
-        t_collect = time.perf_counter() - t0
-        metrics = dict(collection.metrics)
+        if self.pipeline is not None:  # sampled in the background; wait for it if it is not ready
+            batch = self.pipeline.next(self.learner.version)
+            collection = batch.collection
+            t_collect = time.perf_counter() - t0
+            metrics = {
+                **collection.metrics,
+                "async/staleness": float(self.learner.version - batch.version),
+                "async/stale_dropped": float(self.pipeline.stale_dropped),
+                "time/collect_busy_s": batch.collect_s,
+            }
+        else:
+            collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
+            t_collect = time.perf_counter() - t0
+            metrics = dict(collection.metrics)
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
             self.sync.push(self.learner.weights(), self.learner.version)
@@ -181,7 +200,15 @@ class Orchestrator:
             task = progress.add_task(
                 "train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0
             )
+            if cfg.train.max_staleness is not None and self.step < cfg.train.steps:
+                self.pipeline = AsyncCollector(
+                    self.collector, cfg.train.max_staleness, self.learner.needs_greedy_baseline
+                )
+                self.pipeline_step = self.step
             while self.step < cfg.train.steps:
+                if self.pipeline is not None and self.step > self.pipeline_step:
+                    self.pipeline.trained()  # the last update is published, saved, evaluated: sample on
+                self.pipeline_step = self.step
                 metrics = self.train_step()
                 self.logs["metrics.jsonl"].write({"step": self.step, "phase": "train", **metrics})
                 progress.update(
@@ -210,12 +237,19 @@ class Orchestrator:
                         f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
                     )
                     break
+        self._stop_pipeline()
         if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
             self.save(model_only=cfg.train.final_checkpoint == "model")
         results["after"] = self.run_eval("after")
         return results
 
+    def _stop_pipeline(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None
+
     def close(self) -> None:
+        self._stop_pipeline()
         self.collector.close()
         for log in self.logs.values():
             log.close()

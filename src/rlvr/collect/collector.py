@@ -79,7 +79,12 @@ class Collector:
         self.tokenizer = tokenizer
         env = cfg.env
         self.limits = EpisodeLimits(
-            env.max_turns, env.max_tokens, env.step_timeout_s, env.max_observation_tokens
+            max_turns=env.max_turns,
+            max_tokens=env.max_tokens,
+            step_timeout_s=env.step_timeout_s,
+            max_observation_tokens=env.max_observation_tokens,
+            episode_timeout_s=env.episode_timeout_s,
+            reuse_kv=env.reuse_kv,
         )
         self.episode_stats = EpisodeStats()
         self._env_threads: ThreadPoolExecutor | None = None

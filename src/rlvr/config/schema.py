@@ -123,6 +123,11 @@ class EnvConfig(Section):
         "counted in env/observation_truncated); None: never cut.",
     )
     threads: int = Field(8, ge=1, description="Environment steps run concurrently on this many threads.")
+    reuse_kv: bool = Field(
+        True,
+        description="Keep each episode's KV cache between turns, so a turn prefills only the tokens added "
+        "since (the environment's message); false: prefill the whole conversation every turn.",
+    )
 
 
 class RewardItem(Section):

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as StepTimeout
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Step
@@ -41,6 +42,7 @@ class EpisodeLimits:
     step_timeout_s: float = 10.0  # wall-clock limit of one environment step
     max_observation_tokens: int | None = None  # an environment message longer than this is cut
     episode_timeout_s: float | None = None  # wall-clock limit of an episode (model and environment)
+    reuse_kv: bool = True  # keep each episode's KV cache between turns (engines that can)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Episode:
     turn_rewards: list[float] = field(default_factory=list)
     info: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    kv: Any = None  # the engine's cache of this episode's ids so far (KV reuse across turns)
 
 
 @dataclass
@@ -82,8 +85,13 @@ def run_episodes(
     threads: ThreadPoolExecutor,
     stats: EpisodeStats | None = None,
 ) -> list[list[Trajectory]]:
-    """``params.n`` episodes for each ``(example_index, example)``; trajectories grouped per example."""
+    """``params.n`` episodes for each ``(example_index, example)``; trajectories grouped per example.
+
+    With ``limits.reuse_kv`` and an engine that can (``generate_with_states``), each episode keeps
+    its KV cache between turns and a turn prefills only the tokens added since; otherwise every turn
+    prefills the whole conversation again."""
     stats = stats if stats is not None else EpisodeStats()
+    reuse = limits.reuse_kv and hasattr(engine, "generate_with_states")
     eos_ids = set(getattr(engine, "stop_token_ids", []) or [tokenizer.eos_token_id])
     groups: list[list[Episode]] = []
     for index, example in examples:
@@ -108,14 +116,17 @@ def run_episodes(
             break
         began = time.perf_counter()
         if first:  # one prefill per group; the group's episodes are its n samples
-            _model_turns(engine, tokenizer, groups, params, limits, eos_ids, grouped=True)
+            _model_turns(engine, tokenizer, groups, params, limits, eos_ids, reuse, grouped=True)
             first = False
         else:
-            _model_turns(engine, tokenizer, [[e] for e in live], replace(params, n=1), limits, eos_ids)
+            _model_turns(engine, tokenizer, [[e] for e in live], replace(params, n=1), limits, eos_ids, reuse)
         stats.model_s += time.perf_counter() - began
         began = time.perf_counter()
         _env_turns([e for e in live if not e.done], threads, limits)
         stats.env_s += time.perf_counter() - began
+        for e in live:
+            if e.done:
+                e.kv = None  # an ended episode's cache is not needed again
 
     out = []
     for group in groups:
@@ -138,6 +149,7 @@ def _model_turns(
     params: SamplingParams,
     limits: EpisodeLimits,
     eos_ids: set[int],
+    reuse: bool,
     grouped: bool = False,
 ) -> None:
     """Let every live episode write one turn, batching episodes that share stop strings."""
@@ -155,9 +167,14 @@ def _model_turns(
                 e.done, e.finish_reason = True, "length"
             continue
         turn = replace(params, max_new_tokens=room, stop_strings=stops or params.stop_strings)
-        completions = engine.generate([b[0].ledger.ids for b in lists], turn)
-        for batch, samples in zip(lists, completions):
-            for e, c in zip(batch if grouped else batch[:1], samples):
+        prompts = [b[0].ledger.ids for b in lists]
+        if reuse:
+            completions, states = engine.generate_with_states(prompts, turn, [b[0].kv for b in lists])
+        else:
+            completions, states = engine.generate(prompts, turn), [[None] * len(g) for g in lists]
+        for batch, samples, kept in zip(lists, completions, states):
+            for e, c, kv in zip(batch if grouped else batch[:1], samples, kept):
+                e.kv = kv
                 ended_by = (
                     c.token_ids[-1] if c.finish_reason == "stop" and c.token_ids[-1] in eos_ids else None
                 )

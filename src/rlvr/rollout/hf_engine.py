@@ -19,7 +19,7 @@ from transformers import DynamicCache
 from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused_decode_supported
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
-from rlvr.rollout.kv_cache import reserve_decode_room
+from rlvr.rollout.kv_cache import KVState, extract_state, padded_cache, reserve_decode_room
 
 
 def sample_next(
@@ -113,11 +113,27 @@ class HFEngine:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         with self.lock:
-            return self._generate(prompts, params)
+            return self._generate(prompts, params)[0]
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def generate_with_states(
+        self, prompts: list[list[int]], params: SamplingParams, states: list[KVState | None] | None = None
+    ) -> tuple[list[list[Completion]], list[list[KVState]]]:
+        """:meth:`generate`, continuing each prompt from its cached ``states`` entry (the cache of
+        its first ``state.length`` ids: only the ids after them are prefilled), and returning every
+        completion's own cache (its prompt and its tokens but the last, which was never fed)."""
+        with self.lock:
+            return self._generate(prompts, params, states, keep_states=True)
+
+    def _generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        states: list[KVState | None] | None = None,
+        keep_states: bool = False,
+    ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         per_chunk = max(1, self.max_batch_sequences // params.n)
         groups: list[list[Completion]] = []
+        kept: list[list[KVState]] = []
         was_training = self.model.training
         self.model.eval()
         try:
@@ -128,10 +144,15 @@ class HFEngine:
             with packed_linears(self.model) if path == "packed" else nullcontext():
                 for start in range(0, len(prompts), per_chunk):
                     chunk = prompts[start : start + per_chunk]
-                    groups.extend(self._generate_chunk(chunk, start, params, decoder))
+                    chunk_states = states[start : start + per_chunk] if states is not None else None
+                    out, out_states = self._generate_chunk(
+                        chunk, start, params, decoder, chunk_states, keep_states
+                    )
+                    groups.extend(out)
+                    kept.extend(out_states)
         finally:
             self.model.train(was_training)
-        return groups
+        return groups, kept
 
     @torch.inference_mode()
     def _generate_chunk(
@@ -140,18 +161,23 @@ class HFEngine:
         offset: int,
         params: SamplingParams,
         decoder: FusedLlamaDecoder | None = None,
-    ) -> list[list[Completion]]:
+        states: list[KVState | None] | None = None,
+        keep_states: bool = False,
+    ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         n, device = params.n, self.device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            mask[row, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        if states is not None and any(s is not None for s in states):
+            input_ids, mask, positions, cache = self._continuation_inputs(prompts, states)
+        else:
+            width = max(len(p) for p in prompts)
+            input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for row, ids in enumerate(prompts):
+                input_ids[row, width - len(ids) :] = torch.tensor(ids)
+                mask[row, width - len(ids) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache()
+        input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
 
-        cache = DynamicCache()
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -169,6 +195,7 @@ class HFEngine:
         next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
 
         total = len(prompts) * n
+        captured: dict[int, KVState] = {}  # sequence -> its cache, taken as it leaves the batch
         tokens: list[list[int]] = [[] for _ in range(total)]
         logps: list[list[float]] = [[] for _ in range(total)]
         finish = ["length"] * total
@@ -196,6 +223,9 @@ class HFEngine:
             if step == params.max_new_tokens - 1:
                 break
             if done.any():
+                if keep_states:
+                    for row in done.nonzero().flatten().tolist():
+                        captured[int(alive[row])] = extract_state(cache, mask, row)
                 keep = (~done).nonzero().flatten()
                 if keep.numel() == 0:
                     break
@@ -215,6 +245,11 @@ class HFEngine:
                 logits, cache = out.logits[:, -1], out.past_key_values
             next_pos = next_pos + 1
 
+        if keep_states:
+            for row, seq in enumerate(alive.tolist()):
+                if seq not in captured:
+                    captured[seq] = extract_state(cache, mask, row)
+
         groups = []
         for p, prompt in enumerate(prompts):
             group = []
@@ -232,7 +267,31 @@ class HFEngine:
                     )
                 )
             groups.append(group)
-        return groups
+        if not keep_states:
+            return groups, []
+        return groups, [[captured[seq] for seq in range(p * n, (p + 1) * n)] for p in range(len(prompts))]
+
+    def _continuation_inputs(
+        self, prompts: list[list[int]], states: list[KVState | None]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
+        """Inputs that prefill only what each prompt gained after its cached state. Row ``r`` is laid
+        out as ``[padding][its cache][padding][its new ids]``: the mask hides both paddings and the
+        positions count real tokens, so each row computes what a prefill of its whole ids would."""
+        cached = [s.length if s is not None else 0 for s in states]
+        new = [ids[c:] for ids, c in zip(prompts, cached)]
+        if any(not ids for ids in new):
+            raise ValueError("a continued prompt must extend its cached state by at least one token")
+        past, width = max(cached), max(len(ids) for ids in new)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), past + width), dtype=torch.long)
+        positions = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (ids, c) in enumerate(zip(new, cached)):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            mask[row, past - c : past] = 1
+            mask[row, past + width - len(ids) :] = 1
+            positions[row, width - len(ids) :] = torch.arange(c, c + len(ids))
+        cache = padded_cache([s.to(self.device) if s is not None else None for s in states], past)
+        return input_ids, mask, positions, cache
 
 
 def _tail_tokens(stop_strings: tuple[str, ...]) -> int:

@@ -33,6 +33,20 @@ def _search(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     return search_examples(count, seed, split=split, **config)
 
 
+@register_env_dataset("frozenlake")
+def _frozenlake(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.frozen_lake import frozenlake_examples
+
+    return frozenlake_examples(count, seed, split, **config)
+
+
+@register_env_dataset("guess_number")
+def _guess_number(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.guess_number import guess_number_examples
+
+    return guess_number_examples(count, seed, split, **config)
+
+
 def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:
     import rlvr.envs  # noqa: F401  (the built-in environments register their generators)
 

@@ -2,6 +2,8 @@
 
 from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_env
 from rlvr.envs.calculator import Calculator
+from rlvr.envs.frozen_lake import FrozenLake
+from rlvr.envs.guess_number import GuessNumber
 from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
 
@@ -9,6 +11,8 @@ __all__ = [
     "ENVIRONMENTS",
     "Calculator",
     "Environment",
+    "FrozenLake",
+    "GuessNumber",
     "PythonTool",
     "SearchEnv",
     "Step",

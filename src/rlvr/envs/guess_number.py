@@ -1,0 +1,120 @@
+"""Number guessing with feedback: find a secret number in 1..N, told "higher" or "lower" after each guess.
+
+The secret is drawn from the example's seed (``metadata["seed"]``), so the same seed is the same
+game. Each turn the model writes ``<guess>37</guess>`` (the turn ends where ``</guess>``
+completes); the game answers "Higher." or "Lower." with the guesses left. The right number ends the
+episode with reward 1; running out of guesses (``max_guesses``, by default ⌈log2(N + 1)⌉: what a
+binary search needs at worst) ends it with 0. A turn without a number in range is answered with
+the rules and counted (``invalid_actions``); it uses up a guess.
+
+:func:`optimal_policy` (binary search over what the conversation says so far) always wins within
+⌈log2(N + 1)⌉ guesses; :func:`random_policy` guesses uniformly. Both read and write only text.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+from rlvr.data.example import Example
+from rlvr.envs.base import Environment, Message, Step, register_env
+
+_GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>")
+
+
+def rules(high: int, guesses: int) -> str:
+    return (
+        f"I am thinking of a whole number from 1 to {high}. Find it in at most {guesses} guesses. Each "
+        "turn, write one guess as <guess>50</guess>; I answer Higher (the number is bigger) or Lower "
+        "(it is smaller)."
+    )
+
+
+def secret_number(seed: int, high: int) -> int:
+    return random.Random(f"rlvr-guess:{seed}:{high}").randint(1, high)
+
+
+def optimal_policy(messages: list[Message]) -> str:
+    """Binary search: the middle of the range the answers so far leave open."""
+    high = int(re.search(r"from 1 to (\d+)", messages[0]["content"]).group(1))
+    low = 1
+    for asked, answer in zip(messages, messages[1:]):
+        if asked["role"] != "assistant":
+            continue
+        found = _GUESS.findall(asked["content"])
+        if not found:
+            continue
+        guess = int(found[-1])
+        if answer["content"].startswith("Higher"):
+            low = max(low, guess + 1)
+        elif answer["content"].startswith("Lower"):
+            high = min(high, guess - 1)
+    return f"<guess>{(low + high) // 2}</guess>"
+
+
+def random_policy(rng: random.Random, high: int = 100):
+    """A policy that guesses uniformly in 1..``high`` (``messages -> text``)."""
+    return lambda messages: f"<guess>{rng.randint(1, high)}</guess>"
+
+
+@register_env("guess_number")
+class GuessNumber(Environment):
+    stop_strings = ("</guess>",)
+
+    def __init__(self, high: int = 100, max_guesses: int | None = None) -> None:
+        if high < 2:
+            raise ValueError(f"guess_number: high must be at least 2, got {high}")
+        self.high = high
+        self.max_guesses = max_guesses or math.ceil(math.log2(high + 1))
+        self.secret, self.guesses, self.invalid, self.solved = 0, 0, 0, False
+
+    def reset(self, example: Example, rng: random.Random) -> list[Message]:
+        seed = int(example.metadata.get("seed", rng.randrange(2**31)))
+        self.secret, self.guesses, self.invalid, self.solved = secret_number(seed, self.high), 0, 0, False
+        return [
+            {"role": "system", "content": rules(self.high, self.max_guesses)},
+            {"role": "user", "content": "Your first guess?"},
+        ]
+
+    def step(self, text: str) -> Step:
+        found = _GUESS.findall(text)
+        guess = int(found[-1]) if found else None
+        self.guesses += 1
+        left = self.max_guesses - self.guesses
+        if guess is None or not 1 <= guess <= self.high:
+            self.invalid += 1
+            info = {"invalid_actions": 1.0}
+            if left <= 0:
+                return Step(done=True, info=info)
+            reply = f"That is not a guess from 1 to {self.high}. Write it as <guess>50</guess>. {left} left."
+            return Step([{"role": "user", "content": reply}], info=info)
+        if guess == self.secret:
+            self.solved = True
+            return Step(reward=1.0, done=True, info={"guesses": 1.0})
+        if left <= 0:
+            return Step(done=True, info={"guesses": 1.0})
+        hint = "Higher" if self.secret > guess else "Lower"
+        return Step([{"role": "user", "content": f"{hint}. {left} left."}], info={"guesses": 1.0})
+
+    def outcome(self) -> dict[str, float]:
+        return {"solved": float(self.solved), "guesses": float(self.guesses)}
+
+
+def guess_number_examples(count: int, seed: int, split: str = "train", **config) -> list[Example]:
+    """``count`` games; train games come from even seeds, held-out ones from odd seeds (with only
+    ``high`` possible secrets, the same secret can still occur in both)."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"guess_number: split must be 'train' or 'eval', got {split!r}")
+    GuessNumber(**config)  # unknown or bad parameters fail here
+    rng = random.Random(f"rlvr-guess-split:{seed}:{split}")
+    seeds = [2 * rng.randrange(2**30) + (split == "eval") for _ in range(count)]
+    return [
+        Example(
+            id=f"guess-{game_seed}",
+            prompt=[{"role": "user", "content": "Guess the number."}],
+            data_source="guess_number",
+            metadata={"env": "guess_number", "env_params": dict(config), "seed": game_seed},
+        )
+        for game_seed in seeds
+    ]

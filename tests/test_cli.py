@@ -41,6 +41,25 @@ def test_bad_input_exits_2_with_message(tmp_path, args, needle) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["train", "--nosuchopt"], "No such option: --nosuchopt"),
+        (["collect", "--prompts", "abc", "--out", "x.jsonl"], "Invalid value for '--prompts'"),
+        (["eval", "--samples"], "Option '--samples' requires an argument"),
+        (["config", "nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_usage_mistakes_exit_2_with_one_message(tmp_path, args, needle) -> None:
+    """Each kind of usage mistake: one message, exit 2, no traceback (the installed typer raises its
+    own vendored click exceptions, which escaped main() as 40-line tracebacks with exit 1)."""
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr and result.stderr.count("Error:") == 1
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 5
+
+
 def test_bad_data_row_is_named_and_nothing_written(tmp_path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2", "answer": \n')

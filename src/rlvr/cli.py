@@ -209,7 +209,27 @@ def reward_cmd(
         print_summary(summary, Console())
 
 
+def _cli_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(usage errors, other CLI errors, exits) as raised by the installed typer: typer >= 0.20
+    raises its vendored click's classes (``typer._click``), older ones click's own."""
+    import importlib
+
+    usage, other, exits = [], [], [typer.Exit]
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage.append(module.UsageError)
+        other.append(module.ClickException)
+        if hasattr(module, "Exit"):
+            exits.append(module.Exit)
+    return tuple(usage), tuple(other), tuple(exits)
+
+
 def main() -> None:
+    """The ``rlvr`` entry point: one message and a non-zero exit for every mistake (2 for usage and
+    config errors, 130 when interrupted), a traceback only with ``--debug``."""
     try:
         app(standalone_mode=False)
     except RlvrError as err:
@@ -220,14 +240,16 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         console.print("interrupted")
         sys.exit(130)
-    except Exception as err:  # click usage errors
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
+    except Exception as err:
+        usage, other, exits = _cli_exceptions()
+        if isinstance(err, usage):  # unknown command or option, missing or malformed parameter
             err.show()
             sys.exit(2)
-        if isinstance(err, click.exceptions.Exit):
-            sys.exit(err.exit_code)
+        if isinstance(err, other):
+            err.show()
+            sys.exit(getattr(err, "exit_code", 1) or 1)
+        if isinstance(err, exits):
+            sys.exit(getattr(err, "exit_code", 0))
         raise
 
 

@@ -133,3 +133,27 @@ def test_group_line_lists_groups_only_when_there_are_several() -> None:
     assert _group_line(metrics) == "+/positive 75% (4) · -/negative 0% (2)"
     assert _group_line({"eval/accuracy/all": 1.0, "eval/size/all": 3.0}) == ""  # one group says nothing new
     assert _group_line(metrics, most=1) == ""  # too many to print on one line
+
+
+def test_recipes_are_listed_resolved_anywhere_and_shipped_in_the_package(tmp_path) -> None:
+    from rlvr import api
+    from rlvr.config.load import RECIPES_DIR, recipe_names
+
+    listed = run("recipes", cwd=tmp_path)
+    assert listed.returncode == 0
+    names = recipe_names()
+    assert len(names) >= 30 and all(name in listed.stdout for name in names)
+    # by name from any directory: the recipes live inside the installed package
+    assert RECIPES_DIR.parent.name == "rlvr" and (RECIPES_DIR / "grpo.yaml").is_file()
+    before = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert api.load_config("dr_grpo").algo.advantage == "dr_grpo"
+    finally:
+        os.chdir(before)
+    unknown = run("train", "grpoo", cwd=tmp_path)
+    assert unknown.returncode == 2 and "grpoo" in unknown.stderr and "dr_grpo" in unknown.stderr
+    import tomllib
+
+    package_data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]
+    assert "recipes/*.yaml" in package_data["setuptools"]["package-data"]["rlvr"]

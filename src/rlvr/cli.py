@@ -152,6 +152,17 @@ def eval_cmd(
 
 
 @app.command()
+def recipes() -> None:
+    """List the method presets (recipes), one line each: run one with `rlvr train NAME`."""
+    from rlvr.config.load import recipe_names, recipe_summary
+
+    table = Table("recipe", "what it trains")
+    for name in recipe_names():
+        table.add_row(name, recipe_summary(name))
+    Console().print(table)
+
+
+@app.command()
 def tasks() -> None:
     """List data sources and every reasoning-gym task."""
     from rlvr.data import SUPPORTED_EXTENSIONS, list_reasoning_gym_tasks

@@ -11,7 +11,23 @@ from pydantic import ValidationError
 from rlvr.config.schema import RunConfig
 from rlvr.errors import RlvrError
 
-RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
+# Shipped inside the package (a wheel has them); the repository's recipes/ is a link to it.
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def recipe_summary(name: str) -> str:
+    """A recipe's opening comment, cut to one line."""
+    lines = []
+    for line in (RECIPES_DIR / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    text = " ".join(lines)
+    return text if len(text) <= 100 else text[:97].rstrip() + "..."
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -47,8 +63,13 @@ def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         recipe = RECIPES_DIR / f"{path.name}.yaml"
-        if recipe.is_file() and not path.suffix:
+        if recipe.is_file() and not path.suffix and len(path.parts) == 1:
             path = recipe
+        elif not path.suffix and len(path.parts) == 1:
+            raise RlvrError(
+                f"'{path}' is neither a config file nor a recipe; recipes: {', '.join(recipe_names())} "
+                "(rlvr recipes describes them)"
+            )
         else:
             raise RlvrError(f"config file {path} does not exist")
     try:

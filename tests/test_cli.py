@@ -157,3 +157,53 @@ def test_recipes_are_listed_resolved_anywhere_and_shipped_in_the_package(tmp_pat
 
     package_data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]
     assert "recipes/*.yaml" in package_data["setuptools"]["package-data"]["rlvr"]
+
+
+def test_eval_takes_a_run_directory_or_a_checkpoint(tmp_path, monkeypatch) -> None:
+    """The run's last checkpoint, evaluated on the run's own held-out set (its config.yaml)."""
+    import json
+
+    tests = str(Path(__file__).parent)  # the run's reward lives in tests/reward_fixtures.py
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+
+    from tiny import TINY_RUN
+
+    from rlvr import api
+
+    api.train(
+        api.load_config(None, [*TINY_RUN, f"output_dir={tmp_path}", "name=r", "train.steps=1"]), quiet=True
+    )
+    run_dir = tmp_path / "r"
+    after = next(r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if r["phase"] == "after")
+    for target in (run_dir, run_dir / "checkpoints" / "step-000001"):
+        result = run("eval", "--model", str(target), "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        metrics = json.loads(result.stdout)
+        assert metrics["eval/size"] == after["eval/size"] == 8  # the run's held-out set, not the default
+        assert metrics["eval/accuracy"] == after["eval/accuracy"]
+    api.train(
+        api.load_config(
+            None,
+            [
+                *TINY_RUN,
+                f"output_dir={tmp_path}",
+                "name=none",
+                "train.steps=1",
+                "train.final_checkpoint=none",
+            ],
+        ),
+        quiet=True,
+    )
+    missing = run("eval", "--model", str(tmp_path / "none"), cwd=tmp_path)
+    assert missing.returncode == 2 and "without a checkpoint" in missing.stderr
+
+
+def test_eval_of_an_environment_run_plays_episodes(tmp_path) -> None:
+    from env_fixtures import TwoTurns  # noqa: F401  (registers fixture_two_turns)
+    from tiny import TINY_RUN
+
+    from rlvr import api
+
+    cfg = api.load_config(None, [*TINY_RUN, "env.name=fixture_two_turns", "data.eval_size=3"])
+    metrics = api.evaluate_model(cfg, quiet=True)
+    assert metrics["eval/turns"] == 2.0 and metrics["eval/size"] == 3.0

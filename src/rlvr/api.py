@@ -46,6 +46,29 @@ def collect(
     return collect_to_file(cfg, out, prompts, split, console=console, quiet=quiet)
 
 
+def resolve_run(path: str) -> tuple[str, str | None]:
+    """``(model directory, the run's config.yaml or None)`` for a run directory (its last
+    checkpoint), a checkpoint directory, or any other model name or path (returned as it is)."""
+    from pathlib import Path
+
+    from rlvr.train.checkpoint import latest_checkpoint
+
+    given = Path(path)
+    if (given / "checkpoints").is_dir() or (given / "metrics.jsonl").is_file():
+        last = latest_checkpoint(given / "checkpoints")
+        if last is None:
+            raise RlvrError(
+                f"{given} is a run directory without a checkpoint (was it trained with "
+                "train.final_checkpoint=none?)"
+            )
+        config = given / "config.yaml"
+        return str(last / "model"), str(config) if config.is_file() else None
+    if (given / "model").is_dir() and (given / "state.json").is_file():
+        config = given.parent.parent / "config.yaml"
+        return str(given / "model"), str(config) if config.is_file() else None
+    return path, None
+
+
 def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool = False) -> dict[str, float]:
     """Held-out metrics of ``cfg.model.name`` on ``cfg.data`` (greedy accuracy, pass@k if eval.samples)."""
     import torch
@@ -66,6 +89,14 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = build_engine(cfg, model, tokenizer)
+    if any(e.metadata.get("env") or cfg.env.name for e in examples):  # episodes, as training evaluates
+        from rlvr.collect import Collector
+
+        collector = Collector(cfg, engine, tokenizer, examples, examples)
+        try:
+            return collector.evaluate("eval", console, quiet)[0]
+        finally:
+            collector.close()
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
     with (
         eval_pool(cfg.rewards) as pool,

@@ -121,7 +121,7 @@ def _group_line(metrics: dict[str, float], most: int = 12) -> str:
 @app.command("eval")
 def eval_cmd(
     model: Annotated[
-        str, typer.Option("--model", help="Built-in name, local dir or run checkpoint.")
+        str, typer.Option("--model", help="Built-in name, local model dir, run directory or checkpoint.")
     ] = "smollm2-135m-instruct",
     task: Annotated[str | None, typer.Option("--task", help="reasoning-gym task (or use a config).")] = None,
     config: Annotated[
@@ -135,10 +135,12 @@ def eval_cmd(
     """Evaluate a model on held-out problems: greedy accuracy, answer-format use, pass@k."""
     from rlvr import api
 
+    # a run directory or checkpoint: its model, evaluated with the run's own data, rewards and env
+    model, run_config = api.resolve_run(model)
     items = [f"model.name={model}", f"eval.samples={samples}", f"eval.pass_k=[{pass_k}]", *(overrides or [])]
     if task:
         items.append(f"data.task={task}")
-    cfg = api.load_config(config, items)
+    cfg = api.load_config(config or run_config, items)
     metrics = api.evaluate_model(cfg, console=console)
     if as_json:
         print(json.dumps(metrics, indent=2))

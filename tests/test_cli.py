@@ -207,3 +207,90 @@ def test_eval_of_an_environment_run_plays_episodes(tmp_path) -> None:
     cfg = api.load_config(None, [*TINY_RUN, "env.name=fixture_two_turns", "data.eval_size=3"])
     metrics = api.evaluate_model(cfg, quiet=True)
     assert metrics["eval/turns"] == 2.0 and metrics["eval/size"] == 3.0
+
+
+def _start_training(tmp_path, name: str, *extra: str) -> subprocess.Popen:
+    """A long tiny-random run in its own process group (as a terminal's foreground job is)."""
+    from tiny import TINY_RUN
+
+    tests = str(Path(__file__).parent)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+    }
+    args = [
+        *TINY_RUN,
+        f"output_dir={tmp_path}",
+        f"name={name}",
+        "train.steps=500",
+        "data.eval_size=0",
+        *extra,
+    ]
+    return subprocess.Popen(
+        [*RLVR, "train", *args, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _wait_for_steps(path: Path, steps: int, proc: subprocess.Popen) -> None:
+    import time
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (
+            path.exists()
+            and sum('"phase": "train"' in line for line in path.read_text().splitlines()) >= steps
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(
+        f"no {steps} training steps logged: {proc.poll()} {proc.stderr.read() if proc.poll() else ''}"
+    )
+
+
+def test_ctrl_c_exits_130_saying_where_the_run_stopped(tmp_path) -> None:
+    import signal
+
+    proc = _start_training(tmp_path, "int", "train.save_every=1")
+    _wait_for_steps(tmp_path / "int" / "metrics.jsonl", 2, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted at step" in stderr and "last checkpoint:" in stderr and "step-0000" in stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, monkeypatch) -> None:
+    import signal
+
+    tests = str(Path(__file__).parent)  # the run's reward lives in tests/reward_fixtures.py
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
+
+    proc = _start_training(tmp_path, "term")
+    _wait_for_steps(tmp_path / "term" / "metrics.jsonl", 1, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "terminated at step" in stderr and "Traceback" not in stderr
+    step = int(stderr.split("terminated at step")[1].split(";")[0])
+    checkpoint = tmp_path / "term" / "checkpoints" / f"step-{step:06d}"
+    assert (checkpoint / "trainer_state.pt").exists()  # resumable, written at the step it stopped
+    from tiny import TINY_RUN
+
+    resumed = run(
+        "train",
+        *TINY_RUN,
+        f"output_dir={tmp_path}",
+        "name=term",
+        f"train.steps={step + 1}",
+        "data.eval_size=0",
+        "--resume",
+        "--quiet",
+        cwd=tmp_path,
+    )
+    assert resumed.returncode == 0 and f"resumedfrom{checkpoint}" in "".join(resumed.stderr.split())

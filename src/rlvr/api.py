@@ -27,6 +27,11 @@ def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, 
     run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
     try:
         return run.fit()
+    except KeyboardInterrupt:
+        from rlvr.errors import Stopped
+
+        last = run.last_checkpoint or "none yet"
+        raise Stopped(f"interrupted at step {run.step} (last checkpoint: {last})", exit_code=130) from None
     finally:
         run.close()
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.errors import RlvrError
+from rlvr.errors import RlvrError, Stopped
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="RL post-training with verifiable rewards."
@@ -245,6 +245,9 @@ def main() -> None:
     config errors, 130 when interrupted), a traceback only with ``--debug``."""
     try:
         app(standalone_mode=False)
+    except Stopped as err:  # Ctrl-C or SIGTERM: where the run stopped, not an error
+        console.print(str(err), highlight=False)
+        sys.exit(err.exit_code)
     except RlvrError as err:
         if _state["debug"]:
             raise

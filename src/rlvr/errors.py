@@ -12,3 +12,11 @@ class RlvrError(Exception):
     """An error caused by the user's input; its message alone must tell them what to fix."""
 
     exit_code = 2
+
+
+class Stopped(RlvrError):
+    """The run was stopped from outside: Ctrl-C (exit 130) or SIGTERM (exit 143, after a checkpoint)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

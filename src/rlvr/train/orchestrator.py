@@ -15,6 +15,8 @@ replicated over ranks is another :meth:`Orchestrator.step` beside this one, not 
 from __future__ import annotations
 
 import copy
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from rich.console import Console
 from rlvr.collect import Collector
 from rlvr.config import RunConfig
 from rlvr.data.from_config import build_datasets
+from rlvr.errors import Stopped
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
@@ -87,6 +90,8 @@ class Orchestrator:
         self.pipeline_step = 0  # the step whose batch the background collector was last allowed
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
         self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
+        self.last_checkpoint: Path | None = start  # what a --resume would continue from
+        self._terminate = False  # set by SIGTERM: checkpoint after the current step and stop
         if start:
             self._restore(start)
         logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
@@ -131,7 +136,7 @@ class Orchestrator:
             self.cfg.train.keep_checkpoints,
         )
         self.save_s = time.perf_counter() - began
-        self.saved_step = self.step
+        self.saved_step, self.last_checkpoint = self.step, path
         return path
 
     # ----------------------------------------------------------------------------- one step
@@ -189,6 +194,22 @@ class Orchestrator:
         return metrics
 
     def fit(self) -> dict[str, dict[str, float]]:
+        """Train to ``train.steps`` (or a time limit), evaluating before and after. SIGTERM stops the
+        run after the current step with a checkpoint (:class:`~rlvr.errors.Stopped`, exit 143)."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            return self._fit()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self._terminate = True
+        self.console.print("SIGTERM: stopping after this step, with a checkpoint")
+
+    def _fit(self) -> dict[str, dict[str, float]]:
         cfg = self.cfg
         results: dict[str, dict[str, float]] = {}
         if self.step == 0 and cfg.eval.before:
@@ -220,6 +241,15 @@ class Orchestrator:
                 )
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
+                if self._terminate:  # SIGTERM (a scheduler's stop): keep this step, then exit
+                    self._stop_pipeline()
+                    if self.saved_step != self.step:
+                        self.save()
+                    raise Stopped(
+                        f"terminated at step {self.step}; checkpoint {self.last_checkpoint} "
+                        "(rlvr train ... --resume continues from it)",
+                        exit_code=143,
+                    )
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
                     self.run_eval("periodic")
                 if deadline and time.perf_counter() > deadline:

@@ -4,8 +4,10 @@ Every example gets ``n`` episodes (a group), each with its own environment insta
 same seed. The episodes of a batch advance together: each round decodes all live episodes in
 batched ``generate`` calls (the first round shares each group's prompt, prefilled once), then every
 environment reacts to its model turn concurrently in a thread pool, with a timeout per step, and
-finished episodes drop out. The conversation is kept as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`,
-so the trajectory holds the model's tokens exactly as sampled and the environment's as context.
+finished episodes drop out. With ``reuse_kv`` each episode keeps its KV cache between turns, so a
+round prefills only what each live episode gained since its last turn. The conversation is kept
+as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`, so the trajectory holds the model's tokens
+exactly as sampled and the environment's as context.
 
 An environment message longer than ``max_observation_tokens`` is cut to that many tokens, marked
 and counted (``observation_truncated``). An episode ends when its environment says so, at

@@ -8,7 +8,7 @@ that on-policy updates can reuse them and off-policy corrections can compare eng
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -59,4 +59,17 @@ class RolloutEngine(Protocol):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from ``model``'s current weights."""
+        ...
+
+
+class KVReuseEngine(RolloutEngine, Protocol):
+    """An engine that can continue a sequence from its kept KV cache (multi-turn episodes prefill
+    only what a turn added). Optional: ``run_episodes`` re-prefills with engines that lack it."""
+
+    def generate_with_states(
+        self, prompts: list[list[int]], params: SamplingParams, states: list[Any] | None = None
+    ) -> tuple[list[list[Completion]], list[list[Any]]]:
+        """:meth:`generate`, continuing each prompt from its ``states`` entry (``None``: from
+        nothing; the state of a prompt's first ids, as an earlier call returned it), and returning
+        each completion's state (its prompt and tokens but the last, which was never fed)."""
         ...

@@ -4,8 +4,10 @@ Every example gets ``n`` episodes (a group), each with its own environment insta
 same seed. The episodes of a batch advance together: each round decodes all live episodes in
 batched ``generate`` calls (the first round shares each group's prompt, prefilled once), then every
 environment reacts to its model turn concurrently in a thread pool, with a timeout per step, and
-finished episodes drop out. The conversation is kept as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`,
-so the trajectory holds the model's tokens exactly as sampled and the environment's as context.
+finished episodes drop out. With ``reuse_kv`` each episode keeps its KV cache between turns, so a
+round prefills only what each live episode gained since its last turn. The conversation is kept
+as a :class:`~rlvr.rollout.chat_ledger.ChatLedger`, so the trajectory holds the model's tokens
+exactly as sampled and the environment's as context.
 
 An environment message longer than ``max_observation_tokens`` is cut to that many tokens, marked
 and counted (``observation_truncated``). An episode ends when its environment says so, at
@@ -20,6 +22,7 @@ reward error, never as a silent zero.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -33,6 +36,9 @@ from rlvr.envs.base import Environment, Step
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import ChatLedger
 from rlvr.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+_told_no_kv_reuse: set[str] = set()  # engine types already reported as re-prefilling every turn
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ def run_episodes(
     its KV cache between turns and a turn prefills only the tokens added since; otherwise every turn
     prefills the whole conversation again."""
     stats = stats if stats is not None else EpisodeStats()
-    reuse = limits.reuse_kv and hasattr(engine, "generate_with_states")
+    reuse = _reuses_kv(engine, limits)
     eos_ids = set(getattr(engine, "stop_token_ids", []) or [tokenizer.eos_token_id])
     groups: list[list[Episode]] = []
     for index, example in examples:
@@ -140,6 +146,25 @@ def run_episodes(
             for key, value in e.info.items():
                 stats.counters[key] = stats.counters.get(key, 0.0) + value
     return out
+
+
+def _reuses_kv(engine: RolloutEngine, limits: EpisodeLimits) -> bool:
+    """Whether this run keeps KV caches between turns; with ``reuse_kv`` asked of an engine that
+    cannot (no ``generate_with_states``, see :class:`~rlvr.rollout.base.KVReuseEngine`), says once
+    per engine type that every turn prefills the whole conversation instead."""
+    if not limits.reuse_kv:
+        return False
+    if hasattr(engine, "generate_with_states"):
+        return True
+    name = type(engine).__name__
+    if name not in _told_no_kv_reuse:
+        _told_no_kv_reuse.add(name)
+        log.warning(
+            "env.reuse_kv: the %s engine cannot continue from a kept KV cache (no generate_with_states); "
+            "every turn prefills the whole conversation",
+            name,
+        )
+    return False
 
 
 def _model_turns(

@@ -120,8 +120,14 @@ class HFEngine:
     ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         """:meth:`generate`, continuing each prompt from its cached ``states`` entry (the cache of
         its first ``state.length`` ids: only the ids after them are prefilled), and returning every
-        completion's own cache (its prompt and its tokens but the last, which was never fed)."""
+        completion's own cache (its prompt and its tokens but the last, which was never fed).
+
+        A state computed under another ``policy_version`` (a weight sync came between two turns) is
+        ignored and its prompt prefilled whole: old keys and values under new weights would be what
+        neither policy computes. The check runs under the lock that weight syncs take."""
         with self.lock:
+            if states is not None:
+                states = [s if s is not None and s.version == self.policy_version else None for s in states]
             return self._generate(prompts, params, states, keep_states=True)
 
     def _generate(
@@ -225,7 +231,7 @@ class HFEngine:
             if done.any():
                 if keep_states:
                     for row in done.nonzero().flatten().tolist():
-                        captured[int(alive[row])] = extract_state(cache, mask, row)
+                        captured[int(alive[row])] = extract_state(cache, mask, row, self.policy_version)
                 keep = (~done).nonzero().flatten()
                 if keep.numel() == 0:
                     break
@@ -248,7 +254,7 @@ class HFEngine:
         if keep_states:
             for row, seq in enumerate(alive.tolist()):
                 if seq not in captured:
-                    captured[seq] = extract_state(cache, mask, row)
+                    captured[seq] = extract_state(cache, mask, row, self.policy_version)
 
         groups = []
         for p, prompt in enumerate(prompts):

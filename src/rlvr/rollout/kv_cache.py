@@ -71,10 +71,13 @@ def reserve_decode_room(cache: DynamicCache, extra_tokens: int) -> DynamicCache:
 @dataclass
 class KVState:
     """One sequence's cached keys and values, per layer ``[kv_heads, length, head_dim]``: the first
-    ``length`` tokens of its ids, so a later call prefills only the tokens after them."""
+    ``length`` tokens of its ids, so a later call prefills only the tokens after them. ``version`` is
+    the engine's ``policy_version`` when they were computed: keys and values from older weights are
+    not what the current weights compute, so the engine re-prefills instead of continuing them."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    version: int = 0
 
     @property
     def length(self) -> int:
@@ -83,15 +86,16 @@ class KVState:
     def to(self, device: torch.device) -> KVState:
         if not self.keys or self.keys[0].device == device:
             return self
-        return KVState([k.to(device) for k in self.keys], [v.to(device) for v in self.values])
+        return KVState([k.to(device) for k in self.keys], [v.to(device) for v in self.values], self.version)
 
 
-def extract_state(cache: DynamicCache, mask: torch.Tensor, row: int) -> KVState:
-    """Batch row ``row`` of ``cache`` without its padding (``mask`` [B, L] marks the real positions)."""
+def extract_state(cache: DynamicCache, mask: torch.Tensor, row: int, version: int = 0) -> KVState:
+    """Batch row ``row`` of ``cache`` without its padding (``mask`` [B, L] marks the real positions).
+    Boolean indexing copies, so the state owns its memory and the batch's buffers can be freed."""
     real = mask[row].bool()
-    keys = [layer.keys[row][:, real].clone() for layer in cache.layers]
-    values = [layer.values[row][:, real].clone() for layer in cache.layers]
-    return KVState(keys, values)
+    keys = [layer.keys[row][:, real] for layer in cache.layers]
+    values = [layer.values[row][:, real] for layer in cache.layers]
+    return KVState(keys, values, version)
 
 
 def padded_cache(states: list[KVState | None], width: int) -> DynamicCache:

@@ -47,6 +47,13 @@ def _guess_number(count: int, seed: int, split: str, **config: Any) -> list[Exam
     return guess_number_examples(count, seed, split, **config)
 
 
+@register_env_dataset("wordle")
+def _wordle(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.wordle import wordle_examples
+
+    return wordle_examples(count, seed, split, **config)
+
+
 def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:
     import rlvr.envs  # noqa: F401  (the built-in environments register their generators)
 

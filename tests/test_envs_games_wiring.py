@@ -48,10 +48,15 @@ def oracle(messages: list[dict[str, str]]) -> str:
     return "The answer is <answer>42</answer>"
 
 
+# what a model may write after its action; only the environment's stop string keeps it out of the turn
+RAMBLE = " Next I will try <move>left</move> or <guess>1</guess>."
+
+
 class PolicyEngine:
     """A rollout engine whose 'model' is a scripted player: each prompt's token ids are decoded back
-    into chat messages, the player writes the turn, its tokens come back as the sample (cut at a
-    stop string like a model's turn, else ended with EOS)."""
+    into chat messages, the player writes the turn and goes on rambling (:data:`RAMBLE`), and the
+    sample is cut where the first stop string completes, as a real engine cuts it (else it runs
+    to EOS)."""
 
     def __init__(self, tok, policy: Policy) -> None:
         self.tok, self.policy = tok, policy
@@ -65,9 +70,11 @@ class PolicyEngine:
             messages = [{"role": r, "content": c} for r, c in _MESSAGE.findall(text)]
             group = []
             for _ in range(params.n):
-                turn = self.policy(messages)
+                turn = self.policy(messages) + RAMBLE
+                ends = [turn.find(s) + len(s) for s in params.stop_strings if s in turn]
+                cut = bool(ends)
+                turn = turn[: min(ends)] if cut else turn
                 ids = self.tok(turn, add_special_tokens=False)["input_ids"]
-                cut = any(turn.endswith(s) for s in params.stop_strings)
                 ids = ids if cut else [*ids, self.tok.eos_token_id]
                 group.append(
                     Completion(p, prompt, ids, [-0.5] * len(ids), "stop_string" if cut else "stop", turn)

@@ -5,6 +5,11 @@ a generator ``(count, seed, split, **task_config) -> list[Example]`` here; its e
 ``metadata.env`` so that they play out in that environment. The held-out split never shares a
 problem with the training split: the generator guarantees it (by a split of its problem set, or by
 disjoint seeds).
+
+Built in: ``search`` (questions about a generated corpus, split by question), and the games
+``frozenlake``, ``guess_number`` and ``wordle``, whose examples carry a seed (training seeds even,
+held-out seeds odd) and whose boards or secrets are split too (:mod:`rlvr.envs.game_split`);
+``data.task_config`` holds the game's options and travels with each example (``env_params``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ def _guess_number(count: int, seed: int, split: str, **config: Any) -> list[Exam
     from rlvr.envs.guess_number import guess_number_examples
 
     return guess_number_examples(count, seed, split, **config)
+
+
+@register_env_dataset("wordle")
+def _wordle(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.wordle import wordle_examples
+
+    return wordle_examples(count, seed, split, **config)
 
 
 def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:

@@ -20,6 +20,9 @@ from rlvr.errors import RlvrError
 # Columns with these names route a row to its own verifier / data source, so one file can mix
 # tasks (math rows scored by math_verify next to puzzle rows scored by reasoning_gym).
 VERIFIER_COLUMN = "verifier"
+# the reward that leaves an episode to its environment (rlvr.rewards.builtin.environment_reward):
+# its rows need no reference answer
+SELF_SCORED_VERIFIER = "environment"
 DATA_SOURCE_COLUMN = "data_source"
 
 
@@ -28,7 +31,9 @@ class ColumnMapping:
     """Which columns hold what, and the defaults for what a row does not say.
 
     ``answer_key=None`` means the data has no references (label-free rewards); otherwise every
-    row must have a non-empty answer, because a missing reference would silently score 0.
+    row must have a non-empty answer, because a missing reference would silently score 0 — except
+    a row whose verifier is ``environment`` (an episode its environment scores, e.g. a game), which
+    may leave it empty.
     ``messages_key`` names a column holding a full chat (list of ``{"role", "content"}``); a row
     whose value there is null falls back to ``question_key``.
     """
@@ -127,6 +132,10 @@ def _prompt_from_row(row: dict[str, Any], where: str, mapping: ColumnMapping) ->
 def _reference_from_row(row: dict[str, Any], where: str, mapping: ColumnMapping) -> str | None:
     key = mapping.answer_key
     if key is None:
+        return None
+    value = row.get(key)
+    self_scored = _override(row, VERIFIER_COLUMN, mapping.verifier) == SELF_SCORED_VERIFIER
+    if self_scored and (_is_missing(value) or (isinstance(value, str) and not value.strip())):
         return None
     if key not in row:
         raise RlvrError(

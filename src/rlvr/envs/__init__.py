@@ -6,6 +6,7 @@ from rlvr.envs.frozen_lake import FrozenLake
 from rlvr.envs.guess_number import GuessNumber
 from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
+from rlvr.envs.wordle import Wordle
 
 __all__ = [
     "ENVIRONMENTS",
@@ -16,6 +17,7 @@ __all__ = [
     "PythonTool",
     "SearchEnv",
     "Step",
+    "Wordle",
     "make_env",
     "register_env",
     "search_examples",

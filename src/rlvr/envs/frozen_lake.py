@@ -2,13 +2,15 @@
 
 The board is drawn from the example's seed (``metadata["seed"]``): ``size`` × ``size`` cells, start
 in the top-left corner, goal in the bottom-right, ``holes`` holes placed at random and redrawn
-until a path exists (breadth-first search), so every board is solvable and the same seed is always
-the same board. Moves are deterministic (no slipping). Each turn the model writes
-``<move>up</move>`` (or down, left, right; the turn ends where ``</move>`` completes) and the game
-answers with the board, the player shown as ``P``. Walking into the edge leaves the player where it
-was; a turn without a valid move is answered with the rules and counted (``invalid_actions``).
-Reaching G ends the episode with reward 1; a hole ends it with 0; so does running out of moves
-(``max_moves``, also bounded by ``env.max_turns``).
+until a path of at most ``max_moves`` moves exists (breadth-first search; :func:`make_board`), so
+every board is solvable and the same seed is always the same board. Moves are deterministic (no
+slipping). Each turn the model writes ``<move>up</move>`` (or down, left, right; case and spaces
+inside the tag do not matter; the turn ends where ``</move>`` completes) and the game answers, as a
+``user`` message, with the board (the player shown as ``P``) and the moves left. Walking into the
+edge leaves the player where it was; a turn without a valid move is answered with the rules and the
+board, counted (``invalid_actions``), and uses up a move. Reaching G ends the episode with reward 1;
+a hole ends it with 0; so does running out of moves (``max_moves``, also bounded by
+``env.max_turns``).
 
 :func:`optimal_policy` (shortest path by BFS, reading only the rendered board) solves every board;
 :func:`random_policy` moves at random. Both play through the same text interface as the model.
@@ -18,10 +20,14 @@ from __future__ import annotations
 
 import random
 import re
+import zlib
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
+from rlvr.envs.game_split import split_seeds
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"<move>\s*(\w+)\s*</move>", re.IGNORECASE)
@@ -35,29 +41,62 @@ RULES = (
 Board = tuple[str, ...]
 
 
-def make_board(seed: int, size: int = 4, holes: int = 3) -> Board:
-    """A solvable ``size`` × ``size`` board with ``holes`` holes, drawn from ``seed``."""
-    if size < 2 or not 0 <= holes <= size * size - 2:
-        raise ValueError(f"frozenlake: need size >= 2 and 0 <= holes <= size*size-2, got {size}, {holes}")
+def make_board(seed: int, size: int = 4, holes: int = 3, max_moves: int | None = None) -> Board:
+    """A ``size`` × ``size`` board with ``holes`` holes, drawn from ``seed``, whose shortest safe path
+    from S to G takes at most ``max_moves`` moves (default ``4 * (size - 1)``).
+
+    Holes are placed uniformly and redrawn until such a path exists (so a board may need a detour).
+    When a few hundred draws find none (many holes on a small board), the holes are instead placed
+    off a random staircase path from S to G, which always leaves that path open: generation never
+    loops and never fails for valid parameters.
+    """
+    max_moves = check_params(size, holes, max_moves)
     rng = random.Random(f"rlvr-frozenlake:{seed}:{size}:{holes}")
     cells = [(r, c) for r in range(size) for c in range(size)][1:-1]
-    while True:
-        chosen = set(rng.sample(cells, holes))
-        rows = tuple(
-            "".join(
-                "S"
-                if (r, c) == (0, 0)
-                else "G"
-                if (r, c) == (size - 1, size - 1)
-                else "H"
-                if (r, c) in chosen
-                else "."
-                for c in range(size)
-            )
-            for r in range(size)
+    for _ in range(_REJECTION_DRAWS):
+        board = _draw(size, set(rng.sample(cells, holes)))
+        path = shortest_path(board, (0, 0))
+        if path is not None and len(path) <= max_moves:
+            return board
+    steps = ["down"] * (size - 1) + ["right"] * (size - 1)
+    rng.shuffle(steps)
+    r = c = 0
+    walk = {(0, 0)}
+    for step in steps:
+        r, c = r + MOVES[step][0], c + MOVES[step][1]
+        walk.add((r, c))
+    return _draw(size, set(rng.sample([x for x in cells if x not in walk], holes)))
+
+
+_REJECTION_DRAWS = 500
+
+
+def check_params(size: int, holes: int, max_moves: int | None) -> int:
+    """``max_moves`` (its default filled in) after checking that the parameters allow a game: a
+    staircase path from S to G uses ``2 * size - 1`` cells, so at most ``(size - 1) ** 2`` holes fit
+    beside it, and it takes ``2 * (size - 1)`` moves."""
+    if size < 2 or not 0 <= holes <= (size - 1) ** 2:
+        raise ValueError(
+            f"frozenlake: need size >= 2 and 0 <= holes <= (size-1)**2, got size={size}, holes={holes}"
         )
-        if shortest_path(rows, (0, 0)) is not None:
-            return rows
+    max_moves = 4 * (size - 1) if max_moves is None else max_moves
+    if max_moves < 2 * (size - 1):
+        raise ValueError(
+            f"frozenlake: max_moves={max_moves} is too few to cross a {size}x{size} board "
+            f"(at least {2 * (size - 1)})"
+        )
+    return max_moves
+
+
+def _draw(size: int, holes: set[tuple[int, int]]) -> Board:
+    def cell(r: int, c: int) -> str:
+        if (r, c) == (0, 0):
+            return "S"
+        if (r, c) == (size - 1, size - 1):
+            return "G"
+        return "H" if (r, c) in holes else "."
+
+    return tuple("".join(cell(r, c) for c in range(size)) for r in range(size))
 
 
 def shortest_path(board: Board, start: tuple[int, int]) -> list[str] | None:
@@ -82,33 +121,46 @@ def render(board: Board, at: tuple[int, int]) -> str:
     )
 
 
-def parse_board(text: str) -> tuple[Board, tuple[int, int]]:
-    """The board and the player's cell from a rendered observation (the grid lines in ``text``)."""
+def parse_board(text: str) -> tuple[Board, tuple[int, int]] | None:
+    """The board and the player's cell from a rendered observation (its grid lines), or None when
+    ``text`` shows no board."""
     lines = [line.split() for line in text.splitlines()]
     grid = [cells for cells in lines if cells and all(len(x) == 1 and x in "SGH.P" for x in cells)]
-    at = next((r, row.index("P")) for r, row in enumerate(grid) if "P" in row)
+    at = next(((r, row.index("P")) for r, row in enumerate(grid) if "P" in row), None)
+    if at is None:
+        return None
     # under P is S or safe ice (a hole or the goal would have ended the game): both are walkable
     return tuple("".join("." if x == "P" else x for x in row) for row in grid), at
 
 
 def optimal_policy(messages: list[Message]) -> str:
-    """A shortest path's next move, read from the last rendered board in the conversation."""
-    board, at = parse_board(next(m["content"] for m in reversed(messages) if m["role"] != "assistant"))
-    path = shortest_path(board, at)
-    return f"<move>{path[0] if path else 'up'}</move>"
+    """A shortest path's next move, read from the newest board shown in the conversation."""
+    for message in reversed(messages):
+        if message["role"] != "assistant" and (found := parse_board(message["content"])) is not None:
+            path = shortest_path(*found)
+            return f"<move>{path[0] if path else 'up'}</move>"
+    raise ValueError("frozenlake: no board in the conversation")
 
 
-def random_policy(rng: random.Random):
+def random_policy(rng: random.Random) -> Callable[[list[Message]], str]:
     """A policy that moves uniformly at random (``messages -> text``)."""
     return lambda messages: f"<move>{rng.choice(list(MOVES))}</move>"
 
 
 @register_env("frozenlake")
 class FrozenLake(Environment):
+    """One board (see the module docstring). ``max_moves`` (default ``4 * (size - 1)``) counts
+    every turn, invalid ones included; boards are drawn so that it is enough for a shortest path.
+
+    ``Step.info`` counts ``moves``, ``invalid_actions`` and ``fell`` (into a hole) for the run's
+    totals; :meth:`outcome` has the episode's ``solved``, ``moves`` and ``invalid_actions``.
+    """
+
     stop_strings = ("</move>",)
 
-    def __init__(self, size: int = 4, holes: int = 3, max_moves: int = 12) -> None:
-        self.size, self.holes, self.max_moves = size, holes, max_moves
+    def __init__(self, size: int = 4, holes: int = 3, max_moves: int | None = None) -> None:
+        self.size, self.holes = size, holes
+        self.max_moves = check_params(size, holes, max_moves)
         self.board: Board = ()
         self.at = (0, 0)
         self.moves = self.invalid = 0
@@ -116,14 +168,20 @@ class FrozenLake(Environment):
 
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         seed = int(example.metadata.get("seed", rng.randrange(2**31)))
-        self.board = make_board(seed, self.size, self.holes)
+        self.board = make_board(seed, self.size, self.holes, self.max_moves)
         self.at, self.moves, self.invalid, self.solved = (0, 0), 0, 0, False
         return [
             {"role": "system", "content": RULES},
-            {"role": "user", "content": f"{render(self.board, self.at)}\nYour move?"},
+            {"role": "user", "content": self._observation()},
         ]
 
+    def _observation(self, before: str = "") -> str:
+        left = self.max_moves - self.moves - self.invalid
+        return f"{before}{render(self.board, self.at)}\n{left} moves left. Your move?"
+
     def step(self, text: str) -> Step:
+        if not self.board:
+            raise RuntimeError("frozenlake: step() before reset()")
         found = _MOVE.findall(text)
         move = found[-1].lower() if found else None
         if move not in MOVES:
@@ -131,7 +189,7 @@ class FrozenLake(Environment):
             info = {"invalid_actions": 1.0}
             if self.moves + self.invalid >= self.max_moves:
                 return Step(done=True, info=info)
-            return Step([{"role": "user", "content": f"Not a move. {RULES}"}], info=info)
+            return Step([{"role": "user", "content": self._observation(f"Not a move. {RULES}\n")}], info=info)
         self.moves += 1
         dr, dc = MOVES[move]
         r, c = self.at[0] + dr, self.at[1] + dc
@@ -143,28 +201,40 @@ class FrozenLake(Environment):
             return Step(reward=1.0, done=True, info={"moves": 1.0})
         if cell == "H" or self.moves + self.invalid >= self.max_moves:
             return Step(done=True, info={"moves": 1.0, "fell": float(cell == "H")})
-        return Step(
-            [{"role": "user", "content": f"{render(self.board, self.at)}\nYour move?"}], info={"moves": 1.0}
-        )
+        return Step([{"role": "user", "content": self._observation()}], info={"moves": 1.0})
 
     def outcome(self) -> dict[str, float]:
-        return {"solved": float(self.solved), "moves": float(self.moves)}
+        return {
+            "solved": float(self.solved),
+            "moves": float(self.moves),
+            "invalid_actions": float(self.invalid),
+        }
 
 
-def frozenlake_examples(count: int, seed: int, split: str = "train", **config) -> list[Example]:
-    """``count`` boards; train boards come from even seeds, held-out ones from odd seeds, so the
-    two splits never share a board."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"frozenlake: split must be 'train' or 'eval', got {split!r}")
-    FrozenLake(**config)  # unknown or bad parameters fail here, before any episode
-    rng = random.Random(f"rlvr-frozenlake-split:{seed}:{split}")
-    seeds = [2 * rng.randrange(2**30) + (split == "eval") for _ in range(count)]
+def is_held_out(board: Board) -> bool:
+    """Whether ``board`` belongs to the held-out split: a fixed fifth of all layouts, by a hash of
+    the layout (the same on every machine and Python)."""
+    return zlib.crc32("\n".join(board).encode()) % 5 == 0
+
+
+def frozenlake_examples(count: int, seed: int, split: str = "train", **config: Any) -> list[Example]:
+    """``count`` boards: training boards from even seeds, held-out ones from odd seeds, and a board
+    is in one split only (:func:`is_held_out`), so a held-out board was never trained on."""
+    env = FrozenLake(**config)  # unknown or bad parameters fail here, before any episode
+    seeds = split_seeds(
+        "frozenlake",
+        count,
+        seed,
+        split,
+        lambda s: is_held_out(make_board(s, env.size, env.holes, env.max_moves)),
+    )
     return [
         Example(
             id=f"frozenlake-{board_seed}",
             prompt=[{"role": "user", "content": "Reach the goal."}],
             reference=None,
             data_source="frozenlake",
+            verifier="environment",  # the game scores itself (rewards.builtin.environment_reward)
             metadata={"env": "frozenlake", "env_params": dict(config), "seed": board_seed},
         )
         for board_seed in seeds

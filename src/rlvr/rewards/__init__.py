@@ -8,9 +8,10 @@ completions of one prompt together. Register one with :func:`register_reward` /
 back per component in :class:`RewardResult`, never as a silent 0.0.
 
 Built-in rewards (see ``docs/rewards.md``): ``math``, ``choice``, ``exact_match``,
-``reasoning_gym``, ``verifier`` (routing), ``format``, ``think_format``, ``repetition_penalty``,
-``cosine_length``, ``length_penalty``, ``overlong``, ``code`` (sandboxed), ``ifeval``, ``judge``,
-``reward_model``, ``reward_model_group``, ``majority_vote``, ``self_certainty``, ``confidence``.
+``reasoning_gym``, ``verifier`` (routing), ``environment`` (an episode its environment scores),
+``format``, ``think_format``, ``repetition_penalty``, ``cosine_length``, ``length_penalty``,
+``overlong``, ``code`` (sandboxed), ``ifeval``, ``judge``, ``reward_model``,
+``reward_model_group``, ``majority_vote``, ``self_certainty``, ``confidence``.
 """
 
 from rlvr.rewards.extract import EXTRACT_MODES, extract_answer

@@ -275,6 +275,23 @@ def verifier_reward(
     return fn(completion, example, **kwargs)
 
 
+@register_reward("environment")
+def environment_reward(completion: str, example: Example) -> float:
+    """0.0 for an example its environment scores alone (a game: its turn rewards are the reward).
+
+    For a dataset that mixes episodes with single-turn problems, where the run's rewards must
+    score both: the ``verifier`` reward routes each single-turn problem to its verifier and each
+    game example (``verifier="environment"``, as the game generators write it) here, so the episode's
+    total is its environment's turn rewards. An example that plays out in no environment
+    (``metadata.env``) is an error, not a silent 0.
+    """
+    if not example.metadata.get("env"):
+        raise ValueError(
+            f"example {example.id!r} is scored by 'environment' but names no environment (metadata.env)"
+        )
+    return 0.0
+
+
 @functools.lru_cache(maxsize=256)
 def _pool_kwargs_accepted(fn: Callable[..., Any]) -> frozenset[str]:
     parameters = inspect.signature(fn).parameters

@@ -177,3 +177,54 @@ def fail_some(completion, example):
 def correct_only_for(completion, example, *, example_id: str):
     """1 for every completion of the example ``example_id``, 0 for any other example."""
     return 1.0 if example.id == example_id else 0.0
+
+
+# ------------------------------------------------------------------ a judge endpoint
+class ScriptedJudge:
+    """A stand-in for the judge *model* behind ``rlvr.rewards.judge_server``: the real server and the
+    real client speak the OpenAI protocol, and this answers every request with ``reply`` while keeping
+    the prompts it was sent (so a test can read what the rubric became)."""
+
+    name = "scripted-judge"
+
+    def __init__(self, reply: str = "Score: 7") -> None:
+        self.reply_text = reply
+        self.prompts: list[str] = []
+
+    def reply(self, messages, max_tokens):
+        self.prompts.append(messages[-1]["content"])
+        return self.reply_text, 1, 1
+
+
+def start_scripted_judge(reply: str = "Score: 7"):
+    """``(server, url, judge)``: a judge server on a free local port; ``server.shutdown()`` stops it."""
+    from rlvr.rewards.judge_server import start_in_thread
+
+    judge = ScriptedJudge(reply)
+    server, url = start_in_thread(judge)
+    return server, url, judge
+
+
+# ------------------------------------------------------------------ a reward model
+def tiny_classifier(path) -> str:
+    """Save a tiny random Llama sequence classifier (one score) with tiny-random's tokenizer to ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from rlvr.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-random")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

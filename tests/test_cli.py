@@ -81,19 +81,47 @@ def test_numeric_reward_on_text_answers_is_refused_at_start(tmp_path) -> None:
     data = tmp_path / "capitals.jsonl"
     data.write_text('{"question": "Capital of France?", "answer": "Paris"}\n' * 4)
     result = run(
-        "train",  # the default rewards include numeric_closeness
-        "data.source=file",
+        "train",
         f"data.path={data}",
         "data.eval_size=1",
+        "rewards.functions=[{name: exact_match}, {name: numeric_closeness}]",
         "model.name=tiny-random",
         f"output_dir={tmp_path / 'runs'}",
         "name=text",
     )
     assert result.returncode == 2
     message = " ".join(result.stderr.split())
-    assert "rewards.functions[2] (numeric_closeness)" in message and "'Paris'" in message
+    assert "rewards.functions[1] (numeric_closeness)" in message and "'Paris'" in message
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs" / "text" / "metrics.jsonl").exists()
+
+
+def test_train_on_a_verl_file_says_what_it_trains_on(tmp_path) -> None:
+    """``data.path`` alone is a file source; verl's columns are read without configuration; the
+    header names the file, the columns, the prompt and the rewards, with none of the default
+    job's chain_sum specifics (no demonstration, no numeric_closeness, no per-operator eval)."""
+    import json
+
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + 3? Answer after ####."}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + 3)},
+            "extra_info": {"index": i},
+        }
+        for i in range(6)
+    ]
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["model.name=tiny-random", "data.eval_size=2", "train.steps=0", "eval.before=false"]
+    result = run("train", f"data.path={data}", *args, f"output_dir={tmp_path / 'runs'}")
+    assert result.returncode == 0, result.stderr
+    header = " ".join(result.stderr.split())
+    assert f"rlvr train grpo-gsm → {tmp_path / 'runs'}/grpo-gsm" in header
+    assert f"file {data}: 4 training, 2 held-out rows" in header
+    assert "prompt from 'prompt' (chat, as written); reference from 'reward_model.ground_truth'" in header
+    assert "no demonstrations" in header and "rewards 1 × verifier(default=math)" in header
+    assert "What is" in header and "closeness" not in header and "operators" not in header
 
 
 def test_unwritable_run_dir(tmp_path) -> None:
@@ -261,7 +289,9 @@ def test_ctrl_c_exits_130_saying_where_the_run_stopped(tmp_path) -> None:
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    assert "interrupted at step" in stderr and "last checkpoint:" in stderr and "step-0000" in stderr
+    # the console wraps long lines, anywhere in the checkpoint's path (its length depends on tmp_path)
+    assert "interrupted at step" in stderr and "last checkpoint:" in stderr
+    assert "checkpoints/step-0000" in "".join(stderr.split())
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
 

@@ -229,9 +229,10 @@ def test_missing_column_in_one_jsonl_row(tmp_path: Path) -> None:
     assert "r.jsonl line 2" in message and "'question'" in message and "'q'" in message
 
 
-def test_missing_question_hints_messages_key(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "x"}]}])
-    assert "messages key" in error_of(path, answer_key=None)
+def test_missing_question_names_the_config_keys(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"conversation": [{"role": "user", "content": "x"}]}])
+    message = error_of(path, answer_key=None)
+    assert "'conversation'" in message and "data.question_key" in message and "data.messages_key" in message
 
 
 def test_empty_question_and_answer(tmp_path: Path) -> None:

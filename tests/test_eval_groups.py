@@ -98,7 +98,7 @@ def test_evaluate_reports_groups_and_one_record_per_problem() -> None:
     examples = [_example(f"{a} {op} {b} =", str(a + b if op == "+" else a - b)) for a, op, b in questions]
     prompts = [[a - b if op == "-" else 0] for a, op, b in questions]
 
-    def score(completions, exs):
+    def score(completions, exs, sizes):
         return [RewardResult(float(c.text == e.reference), {}, {}) for c, e in zip(completions, exs)]
 
     records: list[dict] = []

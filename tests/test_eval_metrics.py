@@ -119,7 +119,7 @@ def test_sampled_eval_scores_each_completion_against_its_own_problem() -> None:
 
     examples = [Example(id=str(i), prompt=[], reference=str(i)) for i in range(10)]
 
-    def score(completions, exs):
+    def score(completions, exs, sizes):
         return [RewardResult(float(c.text == e.reference), {}, {}) for c, e in zip(completions, exs)]
 
     metrics = evaluate(
@@ -127,3 +127,36 @@ def test_sampled_eval_scores_each_completion_against_its_own_problem() -> None:
     )
     assert metrics["eval/accuracy"] == 1.0
     assert metrics["eval/pass@1"] == 1.0
+
+
+def test_sampled_eval_reports_majority_vote_accuracy() -> None:
+    """maj@k: a problem counts when its samples' most common answer is a correct one; answers vote
+    by value ("5" and "5.0" together) wherever they are written."""
+    from rlvr.data import Example
+    from rlvr.eval.evaluate import evaluate
+    from rlvr.rewards import RewardResult
+    from rlvr.rollout import Completion
+
+    answers = {0: ["7", "<answer>5</answer>", "The answer is 5.0"], 1: ["3", "4", "<answer>4</answer>"]}
+
+    class VotingEngine:  # each prompt's samples answer as listed; greedy gives the first
+        def generate(self, prompts, params):
+            return [
+                [Completion(i, p, [1], [0.0], "stop", text=answers[p[0]][j]) for j in range(params.n)]
+                for i, p in enumerate(prompts)
+            ]
+
+    examples = [Example(id="0", prompt=[], reference="5"), Example(id="1", prompt=[], reference="3")]
+
+    def score(completions, exs, sizes):
+        from rlvr.eval.evaluate import vote
+
+        return [
+            RewardResult(float(vote(c.text) == vote(e.reference)), {}, {}) for c, e in zip(completions, exs)
+        ]
+
+    metrics = evaluate(VotingEngine(), [[0], [1]], examples, score, 4, samples=3, pass_k=[1, 3])
+    assert metrics["eval/maj@3"] == 0.5  # problem 0: 5 (twice) wins and is right; problem 1: 4, wrong
+    assert metrics["eval/pass@3"] == 1.0 and metrics["eval/pass@1"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert metrics["eval/accuracy"] == 0.5  # greedy: the first answer of each, 7 and 3
+    assert "eval/maj@1" not in evaluate(VotingEngine(), [[0]], examples[:1], score, 4, samples=1)

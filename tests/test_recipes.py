@@ -1,5 +1,9 @@
 """Every preset in recipes/ loads and trains: 2 steps on tiny-random (fast), 2 on the real model (slow).
 
+On tiny-random a preset keeps its own rewards (and shaping), each of which must score without a
+reward error; a character-count reward is added beside them because tiny-random never answers, so
+the recipe's own rewards alone would leave every group constant and no update would run.
+
 Presets of methods whose context the trainer does not provide yet are strict xfails: they start
 passing (and so fail the suite) the day the trainer wires the missing keyword, as a reminder to
 remove the mark.
@@ -15,6 +19,7 @@ from tiny import TINY_RUN
 
 from rlvr import api
 from rlvr.config import load_config
+from rlvr.config.schema import RewardItem
 from rlvr.log import read_jsonl
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
@@ -22,7 +27,8 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"
 # preset -> the keyword its estimator or loss needs that the trainer does not pass yet (none today)
 UNWIRED: dict[str, str] = {}
 
-TINY = [*TINY_RUN, "train.steps=2"]
+TINY = [*(o for o in TINY_RUN if not o.startswith("rewards.functions=")), "train.steps=2"]
+LENGTH = RewardItem(name="reward_fixtures:scaled_len", label="length", params={"scale": 0.01})
 
 
 def _params(slow: bool) -> list:
@@ -40,6 +46,8 @@ def _check_run(run_dir: Path) -> None:
     assert [r["step"] for r in rows] == [1, 2]
     updated = [r for r in rows if "update/loss" in r]
     assert updated, "no step reached the update"
+    errors = {k: v for r in rows for k, v in r.items() if k.startswith("reward_errors/") and v}
+    assert all(r["reward/errors"] == 0 for r in rows), f"the recipe's rewards failed: {errors}"
     for row in updated:
         assert all(math.isfinite(v) for k, v in row.items() if k.startswith("update/"))
 
@@ -51,6 +59,7 @@ def test_every_unwired_preset_exists() -> None:
 @pytest.mark.parametrize("path", _params(slow=False))
 def test_recipe_trains_on_tiny_random(path: Path, tmp_path) -> None:
     cfg = load_config(path, [*TINY, f"output_dir={tmp_path}", "name=run"])
+    cfg.rewards.functions = [*cfg.rewards.functions, LENGTH]  # the recipe's own, plus one that varies
     api.train(cfg, quiet=True)
     _check_run(tmp_path / "run")
 

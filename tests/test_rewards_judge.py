@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlvr.data.example import Example
+from rlvr.errors import RlvrError
 from rlvr.rewards import RewardPool, RewardSpec, get_reward
 from rlvr.rewards.judge import JudgeClient, JudgeError, parse_score
 from rlvr.rewards.judge_server import ChatModel, start_in_thread
@@ -120,3 +121,30 @@ def test_parse_score_without_a_number_is_an_error():
         parse_score("great answer!", 10.0)
     with pytest.raises(JudgeError):
         get_reward("judge")("x", example(), url="http://127.0.0.1:9/v1", retries=0, timeout_s=0.5)
+
+
+def test_the_rubric_reads_the_example_metadata():
+    """``{metadata[key]}`` (any depth) fills a per-example rubric; the placeholders are checked when
+    the spec is built, and the data before training."""
+    from reward_fixtures import start_scripted_judge
+
+    from rlvr.config.schema import RewardItem, RewardsConfig
+    from rlvr.rewards.scoring import check_reward_examples
+
+    server, url, scripted = start_scripted_judge("Score: 6")
+    try:
+        rubric = "{metadata[rubric]} (level {metadata[extra][level]}): {answer} Score:"
+        graded = Example(id="m", prompt=[], metadata={"rubric": "Full marks for 4.", "extra": {"level": 2}})
+        assert get_reward("judge")("4", graded, url=url, rubric=rubric, retries=0) == pytest.approx(0.6)
+        assert scripted.prompts == ["Full marks for 4. (level 2): 4 Score:"]
+    finally:
+        server.shutdown()
+    with pytest.raises(RlvrError, match=r"placeholder \{metadata.rubric\}"):
+        RewardSpec(name="judge", params={"url": url, "rubric": "{metadata.rubric}"})
+    with pytest.raises(RlvrError, match=r"placeholder \{rubrik\}"):
+        RewardSpec(name="judge", params={"url": url, "rubric": "{rubrik}"})
+    rewards = RewardsConfig(functions=[RewardItem(name="judge", params={"url": url, "rubric": rubric})])
+    with pytest.raises(
+        RlvrError, match=r"rewards.functions\[0\] \(judge\).*example 'x' has no metadata\[extra\]\[level\]"
+    ):
+        check_reward_examples(rewards, [graded, Example(id="x", prompt=[], metadata={"rubric": "r"})])

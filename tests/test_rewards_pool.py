@@ -85,6 +85,7 @@ def test_spec_inspects_which_pool_kwargs_to_pass():
         "finish_reason",
         "token_logprobs",
         "top_logprobs",
+        "token_self_certainty",
     )
 
 
@@ -183,7 +184,7 @@ def test_token_counts_and_finish_reasons_are_passed_when_accepted():
     assert results[0].components == {
         "info/tokens": 90.0,
         "info/cut": 0.0,
-        "kw": 5.0,  # extra + the four pool-supplied kwargs (missing ones as None)
+        "kw": 6.0,  # extra + the five pool-supplied kwargs (missing ones as None)
         "overlong": -0.5,
         "format": 1.0,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reward_fixtures import tiny_classifier
 
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
@@ -13,26 +14,7 @@ from rlvr.rewards.reward_model import load_reward_model, render, score_texts
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
-    from rlvr.models import load_tokenizer
-
-    tokenizer = load_tokenizer("tiny-random")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("rm")
-    LlamaForSequenceClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return tiny_classifier(tmp_path_factory.mktemp("rm"))
 
 
 def example() -> Example:

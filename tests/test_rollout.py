@@ -66,3 +66,31 @@ def test_sampling_is_reproducible_from_the_seed(tiny) -> None:
     runs = [HFEngine(model, tokenizer, seed=5).generate([[11, 12, 13]], params) for _ in range(2)]
     assert [c.token_ids for c in runs[0][0]] == [c.token_ids for c in runs[1][0]]
     assert len({tuple(c.token_ids) for c in runs[0][0]}) > 1  # the samples differ from each other
+
+
+@pytest.mark.parametrize("packed", ["off", "on"])
+def test_per_token_self_certainty_is_exact_and_changes_no_sample(tiny, packed: str) -> None:
+    """The engine's per-token self-certainty equals KL(uniform ‖ p) of the model's next-token
+    distribution recomputed by a teacher-forced forward (``self_certainty_from_logits``), on every
+    decode path; asking for it draws the same tokens."""
+    from rlvr.rewards.self_reward import self_certainty_from_logits
+
+    model, tokenizer = tiny
+    prompts = [[11, 12, 13], [40, 41, 42, 43, 44]]
+    params = SamplingParams(n=3, temperature=1.3, max_new_tokens=7)
+    plain = HFEngine(model, tokenizer, seed=3, packed_weights=packed).generate(prompts, params)
+    engine = HFEngine(model, tokenizer, seed=3, packed_weights=packed)
+    groups = engine.generate(
+        prompts, SamplingParams(n=3, temperature=1.3, max_new_tokens=7, self_certainty=True)
+    )
+    assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in plain]
+    assert all(c.self_certainty is None for g in plain for c in g)
+    for prompt, group in zip(prompts, groups):
+        for completion in group:
+            ids = torch.tensor([prompt + completion.token_ids])
+            with torch.no_grad():
+                logits = model(ids).logits[
+                    0, len(prompt) - 1 : -1
+                ]  # the distributions each token was drawn from
+            expected = [self_certainty_from_logits(row[None, None]).item() for row in logits]
+            assert completion.self_certainty == pytest.approx(expected, rel=1e-4, abs=1e-4)

@@ -83,7 +83,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     from rlvr.log import eval_progress
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
-    from rlvr.rewards.scoring import eval_pool, score_completions
+    from rlvr.rewards.scoring import eval_pool, score_completions, wants_self_certainty
     from rlvr.rollout.from_config import build_engine
 
     if cfg.model.threads:
@@ -112,7 +112,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
             engine,
             prompts,
             examples,
-            lambda completions, exs: score_completions(pool, completions, exs),
+            lambda completions, exs, sizes: score_completions(pool, completions, exs, sizes),
             cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
             cfg.eval.samples,
             cfg.eval.pass_k,
@@ -120,4 +120,5 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
             chunk=cfg.rollout.max_batch_sequences,
             on_progress=lambda n: progress.advance(task, n),
             group_by=cfg.eval.group_by,
+            self_certainty=wants_self_certainty(pool),
         )

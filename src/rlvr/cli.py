@@ -50,10 +50,6 @@ def train(
 
     path, items = _split_args(config, overrides)
     cfg = api.load_config(path, items)
-    console.print(
-        f"[bold]rlvr train[/bold] {cfg.name}: {cfg.model.name} on {cfg.data.source}:{cfg.data.task} "
-        f"({cfg.train.steps} steps, {cfg.rollout.prompts_per_step}×{cfg.rollout.group_size} completions)"
-    )
     results = api.train(cfg, resume=resume, console=console, quiet=quiet)
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
@@ -145,7 +141,7 @@ def eval_cmd(
     if as_json:
         print(json.dumps(metrics, indent=2))
         return
-    table = Table(title=f"{cfg.model.name} on {cfg.data.task}")
+    table = Table(title=f"{cfg.model.name} on {cfg.data.task or cfg.data.path}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():

@@ -37,7 +37,7 @@ from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.log import eval_progress
 from rlvr.models.chat import encode_prompt
-from rlvr.rewards.scoring import eval_pool, score_completions, training_pool
+from rlvr.rewards.scoring import eval_pool, score_completions, training_pool, wants_self_certainty
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import check_template
 from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes
@@ -75,6 +75,8 @@ class Collector:
         self.eval_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.eval_examples]
         self.pool = training_pool(cfg.rewards) if cfg.rewards.functions else None
         self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
+        # the engine computes per-token self-certainty only when a reward takes it
+        self.self_certainty = wants_self_certainty(self.pool)
         self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
         self.tokenizer = tokenizer
         env = cfg.env
@@ -94,6 +96,11 @@ class Collector:
                 "as separate runs (set data.eval_size=0 here)"
             )
         if any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)):
+            if any(item.name == "self_certainty" for item in cfg.rewards.functions):
+                raise RlvrError(
+                    "rewards.functions: self_certainty scores single-turn completions from the engine's "
+                    "per-token distributions; environment episodes (env.name, metadata.env) do not carry them"
+                )
             check_template(tokenizer)
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
                 env_factory(name)  # an unknown name fails now, naming the registered ones
@@ -121,6 +128,7 @@ class Collector:
             top_p=r.top_p,
             max_new_tokens=r.max_new_tokens,
             ignore_eos=r.ignore_eos,
+            self_certainty=self.self_certainty,
         )
 
     def env_of(self, example: Example) -> str | None:
@@ -234,7 +242,12 @@ class Collector:
         """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt. Returns
         the ids of groups whose baseline could not be scored (a reward error: 0 under
         ``rewards.on_error=zero``; such groups are dropped under ``skip_group``)."""
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens)
+        params = SamplingParams(
+            n=1,
+            temperature=0.0,
+            max_new_tokens=self.cfg.rollout.max_new_tokens,
+            self_certainty=self.self_certainty,
+        )
         greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
         examples = [self.train_examples[g.example_index] for g in groups]
         results = score_completions(self.pool, [c[0] for c in greedy], examples, [1] * len(groups))
@@ -308,6 +321,7 @@ class Collector:
                 on_progress=lambda n: progress.advance(task, n),
                 group_by=e.group_by,
                 records=records,
+                self_certainty=wants_self_certainty(self.eval_pool),
             )
         self.eval_s = time.perf_counter() - began
         return metrics, records
@@ -321,8 +335,10 @@ class Collector:
             return self.eval_s * self._train_turns / self._eval_turns
         return self.eval_s
 
-    def _score_eval(self, completions: list, examples: list[Example]) -> list:
-        return score_completions(self.eval_pool, completions, examples)
+    def _score_eval(
+        self, completions: list, examples: list[Example], group_sizes: list[int] | None = None
+    ) -> list:
+        return score_completions(self.eval_pool, completions, examples, group_sizes)
 
     def _make_env(self, example: Example) -> Environment:
         name = self.env_of(example)

@@ -27,7 +27,7 @@ def evaluate_episodes(
     tokenizer,
     examples: list[Example],
     make_env: Callable[[Example], Environment],
-    score: Callable[[list[Trajectory], list[Example]], list] | None,
+    score: Callable[[list[Trajectory], list[Example], list[int]], list] | None,
     params: SamplingParams,
     limits: EpisodeLimits,
     threads: ThreadPoolExecutor,
@@ -48,7 +48,8 @@ def evaluate_episodes(
             counters[key] = counters.get(key, 0.0) + value
         if on_progress:
             on_progress(len(part))
-    results = score(trajectories, examples) if score is not None else [None] * len(trajectories)
+    one_each = [1] * len(trajectories)  # one episode per problem: groups of one (group rewards)
+    results = score(trajectories, examples, one_each) if score is not None else [None] * len(trajectories)
     scores, records = [], []
     for t, example, result in zip(trajectories, examples, results, strict=True):
         errors = {**t.errors, **(result.errors if result is not None else {})}

@@ -107,6 +107,8 @@ def format_errors(err: ValidationError) -> str:
             parent = problem["loc"][:-1]
             allowed = _allowed_keys(parent)
             lines.append(f"  {key}: unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+        elif not problem["loc"]:  # a check across sections: its message names the keys
+            lines.append(f"  {problem['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {key}: {problem['msg']} (got {problem.get('input')!r})")
     return "\n".join(lines)

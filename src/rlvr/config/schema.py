@@ -1,13 +1,17 @@
 """The one typed config: every knob, its default and what it does (DESIGN.md, principle 4).
 
 Unknown keys are errors (``extra="forbid"``), so a typo never silently falls back to a default.
+The few defaults that depend on the data source (the default job's chain_sum demonstration and
+rewards, a task's config, per-group eval) are filled by :mod:`rlvr.config.defaults` before the
+values are validated; settings that must agree with others are checked (or followed) by
+:mod:`rlvr.config.dependent` after.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -38,19 +42,36 @@ class ModelConfig(Section):
 class DataConfig(Section):
     source: Literal["reasoning_gym", "file", "hf", "env"] = Field(
         "reasoning_gym",
-        description="Where prompts come from; env: an environment's own generator (data.task: search, …).",
+        description="Where prompts come from; env: an environment's own generator (data.task: search, …). "
+        "Default: file when data.path names a data file, hf for another data.path, else reasoning_gym.",
     )
-    task: str = Field("chain_sum", description="reasoning-gym task name (source=reasoning_gym).")
+    task: str | None = Field(
+        "chain_sum",
+        description="reasoning-gym task (source=reasoning_gym) or environment dataset (source=env); "
+        "unused (null) for files and HF datasets.",
+    )
     task_config: dict[str, Any] = Field(
-        default_factory=lambda: {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
-        description="Keyword arguments of the reasoning-gym task's config.",
+        default_factory=dict,
+        description="Keyword arguments of the task's config; default: the task's own, except for the "
+        "default job (chain_sum: two terms of one or two digits).",
     )
     path: str | None = Field(
-        None, description="JSONL/JSON/Parquet/CSV file (source=file) or dataset dir (hf)."
+        None, description="JSONL/JSON/Parquet/CSV/TSV file (source=file) or dataset dir / hub id (hf)."
     )
     split: str = Field("train", description="Dataset split (source=hf).")
-    question_key: str = Field("question", description="Column holding the question text.")
-    answer_key: str = Field("answer", description="Column holding the reference answer.")
+    question_key: str = Field(
+        "question",
+        description="Column holding the question text (or a chat message list). With the default, rows "
+        "without a 'question' column are read in TRL's and verl's forms: 'prompt' (text or messages), "
+        "'messages' (docs/data.md).",
+    )
+    answer_key: str | None = Field(
+        "answer",
+        description="Column holding the reference answer; a dotted path reads into a dict column "
+        "(reward_model.ground_truth). With the default, rows without 'answer' take verl's "
+        "reward_model.ground_truth, TRL's 'completion', or the chat's final assistant turn. "
+        "null: no references (label-free rewards).",
+    )
     messages_key: str | None = Field(None, description="Column holding a full chat message list instead.")
     id_key: str | None = Field(None, description="Column holding a stable example id.")
     train_size: int = Field(5000, ge=1, description="Training prompts generated (reasoning_gym).")
@@ -60,14 +81,9 @@ class DataConfig(Section):
         None, description="System message; None keeps the chat template's default."
     )
     few_shot: list[tuple[str, str]] = Field(
-        default_factory=lambda: [
-            (
-                "State the final answer to the following arithmetic problem: 12 + 5 =",
-                "12 + 5 = 17\n<answer>17</answer>",
-            )
-        ],
-        description="Demonstrations [question, reply] shown before every question (the default one suits "
-        "the default arithmetic task; set [] for zero-shot).",
+        default_factory=list,
+        description="Demonstrations [question, reply] shown before every question; default: none, "
+        "except for the default job (chain_sum: one worked arithmetic problem).",
     )
     answer_format: str | None = Field(
         "answer_tag",
@@ -77,7 +93,7 @@ class DataConfig(Section):
 
 class RolloutConfig(Section):
     engine: Literal["hf"] = Field(
-        "hf", description="Generation engine (hf runs anywhere; vllm is a later extra)."
+        "hf", description="Generation engine: hf (transformers, any device) is the only one built."
     )
     prompts_per_step: int = Field(4, ge=1, description="Unique prompts sampled per training step.")
     group_size: int = Field(8, ge=1, description="Completions sampled per prompt (G).")
@@ -146,18 +162,10 @@ class ShapingItem(Section):
 
 class RewardsConfig(Section):
     functions: list[RewardItem] = Field(
-        default_factory=lambda: [
-            # Half the reward for a right answer wherever it is written, half for a right answer
-            # inside <answer> tags: correctness carries signal from step one, the format follows.
-            # A quarter more for how close a tagged number is: groups that are all wrong still rank
-            # their answers (the default task's answers are numbers; drop it for other tasks).
-            RewardItem(name="reasoning_gym", weight=0.5, params={"extract": "auto"}),
-            RewardItem(name="reasoning_gym", label="tagged", weight=0.5, params={"extract": "answer_tag"}),
-            RewardItem(
-                name="numeric_closeness", label="closeness", weight=0.25, params={"extract": "answer_tag"}
-            ),
-        ],
-        description="Reward components, summed with their weights.",
+        default_factory=list,
+        description="Reward components, summed with their weights. Default by data source: the "
+        "default job's three (chain_sum), reasoning_gym for other tasks, verifier (else math) for "
+        "files and HF datasets, none for environment datasets (docs/data.md).",
     )
     workers: int = Field(0, ge=0, description="Reward worker processes; 0 = number of cores.")
     timeout_s: float = Field(5.0, gt=0, description="Hard wall-clock limit per reward call.")
@@ -301,9 +309,10 @@ class EvalConfig(Section):
     )
     temperature: float = Field(1.0, ge=0.0, description="Temperature for the sampled eval.")
     group_by: list[str] = Field(
-        default_factory=lambda: ["operators", "answer_sign"],
+        default_factory=list,
         description="Also report greedy accuracy per group: registered groupings (operators, "
-        "answer_sign, data_source) or metadata.<path>; [] for none.",
+        "answer_sign, data_source) or metadata.<path>; default: none, except for the default job "
+        "(chain_sum: operators, answer_sign).",
     )
 
     @field_validator("group_by")
@@ -357,7 +366,11 @@ class TrainConfig(Section):
 
 
 class RunConfig(Section):
-    name: str = Field("grpo-chain-sum", description="Run name: the run directory is output_dir/name.")
+    name: str = Field(
+        "grpo-chain-sum",
+        description="Run name: the run directory is output_dir/name. Default: <algo.advantage>-<data.task "
+        "or the data file's name>.",
+    )
     output_dir: str = Field("runs", description="Parent directory of runs.")
     seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -370,15 +383,27 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _source_defaults(cls, tree: Any, info: ValidationInfo) -> Any:
+        if not isinstance(tree, dict) or info.field_name is not None:  # not on `cfg.x = ...` assignments
+            return tree
+        from rlvr.config.defaults import apply_source_defaults
+
+        return apply_source_defaults(tree)
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         if self.eval.samples and max(self.eval.pass_k) > self.eval.samples:
             raise ValueError(f"eval.pass_k has k={max(self.eval.pass_k)} > eval.samples={self.eval.samples}")
-        if not self.rewards.functions and not self.env.name:
+        if not self.rewards.functions and not self.env.name and self.data.source != "env":
             raise ValueError(
                 "rewards.functions is empty: give at least one reward, or an environment (env.name) "
                 "whose turn rewards score the episodes"
             )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")
+        from rlvr.config.dependent import resolve_dependent
+
+        resolve_dependent(self)
         return self

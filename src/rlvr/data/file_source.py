@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.example import Example
 from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION
-from rlvr.data.rows import ColumnMapping, rows_to_examples
+from rlvr.data.rows import ColumnMapping, LoadedExamples, rows_to_examples
 from rlvr.errors import RlvrError
 
 Rows = Iterator[tuple[str, dict[str, Any]]]
@@ -109,11 +108,12 @@ def load_file(
     answer_format: str | None = ANSWER_TAG_INSTRUCTION,
     verifier: str | None = None,
     data_source: str | None = None,
-) -> list[Example]:
+) -> LoadedExamples:
     """Load every row of a data file as an :class:`Example`.
 
     A row's prompt is its ``question_key`` text (wrapped by ``build_messages``) or, when
-    ``messages_key`` is set and the row has it, a full chat used as written. Columns not used for
+    ``messages_key`` is set and the row has it, a full chat used as written; rows in TRL's and
+    verl's forms are recognised (:mod:`rlvr.data.rows`). Columns not used for
     the prompt, answer or id go to ``metadata``. A ``verifier`` or ``data_source`` column
     overrides the defaults for its row; ``data_source`` defaults to the file name without
     extension, which is also the prefix of default ids (``f"{stem}-{i}"``, 0-based).

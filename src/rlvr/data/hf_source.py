@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.example import Example
 from rlvr.data.file_source import SUPPORTED_EXTENSIONS, load_file
 from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION
-from rlvr.data.rows import ColumnMapping, rows_to_examples
+from rlvr.data.rows import ColumnMapping, LoadedExamples, rows_to_examples
 from rlvr.errors import RlvrError
 
 # Files that mark a directory written by save_to_disk (Dataset / DatasetDict respectively).
@@ -89,7 +88,7 @@ def load_hf_dataset(
     verifier: str | None = None,
     data_source: str | None = None,
     subset: str | None = None,
-) -> list[Example]:
+) -> LoadedExamples:
     """Load one split of a Hugging Face dataset as Examples, with the same column mapping as
     :func:`rlvr.data.load_file`.
 

@@ -190,7 +190,7 @@ def format_reward(completion: str, example: Example, *, require_think: bool = Fa
     return 1.0
 
 
-@register_reward("length_penalty")
+@register_reward("length_penalty", follows={"max_tokens": "rollout.max_new_tokens"})
 def length_penalty_reward(
     completion: str,
     example: Example,
@@ -203,7 +203,13 @@ def length_penalty_reward(
     return -coef * _require_tokens("length_penalty", completion_tokens) / max_tokens
 
 
-@register_reward("overlong")
+def _buffer_fits(params: dict[str, Any]) -> None:
+    buffer, max_tokens = params.get("buffer"), params.get("max_tokens")
+    if isinstance(buffer, int) and isinstance(max_tokens, int) and buffer > max_tokens:
+        raise ValueError(f"buffer={buffer} must not exceed max_tokens={max_tokens}")
+
+
+@register_reward("overlong", check=_buffer_fits, follows={"max_tokens": "rollout.max_new_tokens"})
 def overlong_reward(
     completion: str,
     example: Example,
@@ -249,6 +255,7 @@ def verifier_reward(
     finish_reason: str | None = None,
     token_logprobs: list[float] | None = None,
     top_logprobs: list[list[float]] | None = None,
+    token_self_certainty: list[float] | None = None,
 ) -> float | dict[str, float]:
     """Route each example to the reward its ``example.verifier`` names (``default`` if it names none).
 
@@ -270,6 +277,7 @@ def verifier_reward(
         "finish_reason": finish_reason,
         "token_logprobs": token_logprobs,
         "top_logprobs": top_logprobs,
+        "token_self_certainty": token_self_certainty,
     }
     kwargs.update({key: supplied[key] for key in _pool_kwargs_accepted(fn)})
     return fn(completion, example, **kwargs)

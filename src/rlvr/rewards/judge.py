@@ -1,8 +1,10 @@
 """LLM-as-judge: score a completion by asking a model behind any OpenAI-compatible chat endpoint.
 
-The ``judge`` reward fills a rubric template with the question, the reference (if any) and the
-completion's answer, sends it to ``{url}/chat/completions``, and parses a number out of the reply
-("Score: 7", or the last number), scaled to [0, 1] by ``max_score``. A reply without a number is
+The ``judge`` reward fills a rubric template with the question, the reference (if any), the
+completion's answer and the example's metadata (``{metadata[rubric]}``: a per-example rubric from a
+data file's ``rubric`` column, or ``{metadata[extra_info][rubric]}`` inside a dict column), sends
+it to ``{url}/chat/completions``, and parses a number out of the reply ("Score: 7", or the last
+number), scaled to [0, 1] by ``max_score``. A reply without a number is
 a reward *error*, not a zero: the judge failed, not the policy.
 
 Robustness: each request has a timeout; connection errors, 429 and 5xx are retried with
@@ -21,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import string
 import tempfile
 import time
 import urllib.error
@@ -158,6 +161,61 @@ class JudgeClient:
             os.replace(tmp, folder / f"{key}.json")  # atomic: concurrent workers never read half a file
 
 
+RUBRIC_FIELDS = ("question", "reference", "answer", "max_score", "metadata")
+_INDEX = re.compile(r"\[([^\]]*)\]")
+
+
+def rubric_fields(rubric: str) -> list[tuple[str, list[str]]]:
+    """``(field, keys)`` of every placeholder: ``{metadata[a][b]}`` → ``("metadata", ["a", "b"])``.
+
+    Raises ``ValueError`` for a malformed template, a field the judge does not fill, or attribute
+    access (``{metadata.x}``): only ``[key]`` indexing reads metadata.
+    """
+    try:
+        parsed = list(string.Formatter().parse(rubric))
+    except ValueError as error:
+        raise ValueError(f"rubric is not a valid str.format template: {error}") from None
+    fields = []
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        root = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if root not in RUBRIC_FIELDS or "." in name.split("[", 1)[0]:
+            raise ValueError(
+                f"rubric placeholder {{{name}}} is not one of "
+                f"{', '.join('{' + f + '}' for f in RUBRIC_FIELDS)} (read metadata with {{metadata[key]}})"
+            )
+        fields.append((root, _INDEX.findall(name)))
+    return fields
+
+
+def _check_rubric(params: dict[str, Any]) -> None:
+    rubric_fields(params.get("rubric", DEFAULT_RUBRIC))
+
+
+def _metadata_value(metadata: dict[str, Any], keys: list[str]) -> tuple[bool, Any]:
+    value: Any = metadata
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def _check_rubric_metadata(params: dict[str, Any], examples: list) -> None:
+    """Every example has the metadata the rubric reads, so no call fails on a missing key."""
+    for field, keys in rubric_fields(params.get("rubric", DEFAULT_RUBRIC)):
+        if field != "metadata" or not keys:
+            continue
+        for example in examples:
+            if not _metadata_value(example.metadata, keys)[0]:
+                path = "".join(f"[{k}]" for k in keys)
+                raise ValueError(
+                    f"the judge rubric reads {{metadata{path}}}, but example {example.id!r} has no "
+                    f"metadata{path} (its metadata keys: {', '.join(map(str, example.metadata)) or 'none'})"
+                )
+
+
 def parse_score(reply: str, max_score: float) -> float:
     """The score in a judge's reply, scaled to [0, 1]: "Score: 7" (else the last number) / max."""
     matches = list(_SCORE.finditer(reply))
@@ -172,7 +230,7 @@ def parse_score(reply: str, max_score: float) -> float:
     return min(max(value / max_score, 0.0), 1.0)
 
 
-@register_reward("judge")
+@register_reward("judge", check=_check_rubric, check_examples=_check_rubric_metadata)
 def judge_reward(
     completion: str,
     example: Example,
@@ -192,17 +250,25 @@ def judge_reward(
 ) -> float:
     """Ask the judge at ``url`` to grade the completion; the parsed score divided by ``max_score``.
 
-    ``rubric`` is a ``str.format`` template with ``{question}``, ``{reference}``, ``{answer}`` and
-    ``{max_score}``. ``extract`` (an :func:`extract_answer` mode) grades only the extracted answer;
-    by default the judge sees the whole completion.
+    ``rubric`` is a ``str.format`` template with ``{question}``, ``{reference}``, ``{answer}``,
+    ``{max_score}`` and ``{metadata[key]}`` (any depth: ``{metadata[extra_info][rubric]}``): the
+    example's metadata, e.g. a per-example rubric column of a data file. ``extract`` (an
+    :func:`extract_answer` mode) grades only the extracted answer; by default the judge sees the
+    whole completion.
     """
     answer = completion if extract is None else (extract_answer(completion, mode=extract) or "")
-    prompt = rubric.format(
-        question=example.question,
-        reference=example.reference if example.reference is not None else "(none)",
-        answer=answer,
-        max_score=f"{max_score:g}",
-    )
+    try:
+        prompt = rubric.format(
+            question=example.question,
+            reference=example.reference if example.reference is not None else "(none)",
+            answer=answer,
+            max_score=f"{max_score:g}",
+            metadata=example.metadata,
+        )
+    except (KeyError, IndexError) as error:
+        raise ValueError(
+            f"the judge rubric reads metadata {error} that example {example.id!r} lacks"
+        ) from None
     client = JudgeClient(
         url=url,
         model=model,

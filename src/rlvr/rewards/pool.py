@@ -116,6 +116,7 @@ class RewardPool:
         group_sizes: Sequence[int] | None = None,
         token_logprobs: list[list[float]] | None = None,
         top_logprobs: list[list[list[float]]] | None = None,
+        token_self_certainty: list[list[float]] | None = None,
         batch_deadline_s: float | None = None,
     ) -> list[RewardResult]:
         """Score ``completions[i]`` against ``examples[i]`` with every reward; one result per item.
@@ -123,7 +124,8 @@ class RewardPool:
         ``group_sizes`` splits the completions into consecutive groups (the G samples of one
         prompt, scored against the group's first example); group rewards need it. The optional
         per-completion lists (token counts, finish reasons, sampled-token logprobs, top-k logprobs
-        per token) reach the rewards that declare a keyword argument of that name.
+        per token, per-token self-certainty) reach the rewards that declare a keyword argument of
+        that name.
         """
         n = len(completions)
         given = {
@@ -132,6 +134,7 @@ class RewardPool:
             "finish_reasons": finish_reasons,
             "token_logprobs": token_logprobs,
             "top_logprobs": top_logprobs,
+            "token_self_certainty": token_self_certainty,
         }
         for name, values in given.items():
             if values is not None and len(values) != n:
@@ -147,6 +150,7 @@ class RewardPool:
                 ("finish_reason", finish_reasons),
                 ("token_logprobs", token_logprobs),
                 ("top_logprobs", top_logprobs),
+                ("token_self_certainty", token_self_certainty),
             )
             if values is not None
         }
@@ -177,7 +181,13 @@ class RewardPool:
         """
         if len(examples) != len(groups):
             raise ValueError(f"examples has {len(examples)} entries for {len(groups)} groups")
-        nested = ("completion_tokens", "finish_reasons", "token_logprobs", "top_logprobs")
+        nested = (
+            "completion_tokens",
+            "finish_reasons",
+            "token_logprobs",
+            "top_logprobs",
+            "token_self_certainty",
+        )
         flat_kwargs = {
             k: [x for g in v for x in g] if k in nested and v is not None else v for k, v in kwargs.items()
         }

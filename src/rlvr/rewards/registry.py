@@ -32,6 +32,7 @@ _REWARDS: dict[str, RewardFn] = {}
 _PRELOAD: dict[str, tuple[str, ...]] = {}
 _CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {}
 _EXAMPLE_CHECKS: dict[str, Callable[[dict[str, Any], list], None]] = {}
+_FOLLOWS: dict[str, dict[str, str]] = {}
 
 # Modules whose rewards are known by name without an import by the user. Each keeps its heavy
 # imports (torch, transformers, math-verify) inside functions, so loading them all is cheap.
@@ -53,6 +54,7 @@ def register_reward(
     check: Callable[[dict[str, Any]], None] | None = None,
     setup: Callable[[dict[str, Any]], None] | None = None,
     check_examples: Callable[[dict[str, Any], list], None] | None = None,
+    follows: dict[str, str] | None = None,
 ) -> Callable[[RewardFn], RewardFn]:
     """Register the decorated function as the reward called ``name``.
 
@@ -73,6 +75,12 @@ def register_reward(
     to a call's timeout): the place to load a model once per worker. It travels with the function,
     so it also runs for an import path to a registered function.
 
+    ``follows`` maps a param to the config setting it must agree with, e.g. ``{"max_tokens":
+    "rollout.max_new_tokens"}`` for a length penalty whose scale is the generation limit: a run
+    config that leaves the param out gets the setting's value, and one that sets another value is
+    refused naming both keys (:mod:`rlvr.config.dependent`), so a preset cannot silently drift
+    from the settings it was written for.
+
     Registering the same function again (a re-imported module, a re-run notebook cell) replaces the
     entry; registering a *different* function under a taken name is an error.
     """
@@ -92,6 +100,8 @@ def register_reward(
             _CHECKS[name] = check
         if check_examples is not None:
             _EXAMPLE_CHECKS[name] = check_examples
+        if follows:
+            _FOLLOWS[name] = dict(follows)
         if setup is not None:
             setattr(fn, _SETUP_ATTR, setup)
         return fn
@@ -106,16 +116,19 @@ def register_group_reward(
     check: Callable[[dict[str, Any]], None] | None = None,
     setup: Callable[[dict[str, Any]], None] | None = None,
     check_examples: Callable[[dict[str, Any], list], None] | None = None,
+    follows: dict[str, str] | None = None,
 ) -> Callable[[RewardFn], RewardFn]:
     """Register ``fn(completions: list[str], example, **params) -> list[float]`` as a group reward.
 
     The pool calls it once per group (the completions of one prompt, scored against that prompt's
     example) under the same timeout and error handling as a per-completion reward; it must return
     one finite value (or dict) per completion. Pool-supplied keyword arguments
-    (``completion_tokens``, ``finish_reason``, ``token_logprobs``, ``top_logprobs``) arrive as lists
-    with one entry per completion.
+    (``completion_tokens``, ``finish_reason``, ``token_logprobs``, ``top_logprobs``,
+    ``token_self_certainty``) arrive as lists with one entry per completion.
     """
-    register = register_reward(name, preload=preload, check=check, setup=setup, check_examples=check_examples)
+    register = register_reward(
+        name, preload=preload, check=check, setup=setup, check_examples=check_examples, follows=follows
+    )
 
     def decorator(fn: RewardFn) -> RewardFn:
         setattr(fn, _GROUP_FLAG, True)
@@ -179,6 +192,12 @@ def reward_example_check(name: str) -> Callable[[dict[str, Any], list], None] | 
     """The data check registered with the reward ``name``, if any."""
     _ensure_builtins()
     return _EXAMPLE_CHECKS.get(name)
+
+
+def reward_follows(name: str) -> dict[str, str]:
+    """``{param: config key}`` the reward ``name`` declared with ``follows`` (empty if none)."""
+    _ensure_builtins()
+    return dict(_FOLLOWS.get(name, {}))
 
 
 def _import_reward(path: str) -> RewardFn:

@@ -37,8 +37,9 @@ def training_pool(cfg: RewardsConfig) -> RewardPool:
     )
 
 
-def eval_pool(cfg: RewardsConfig) -> RewardPool:
-    """A pool of the first (correctness) reward alone, read leniently for reasoning-gym.
+def eval_item(cfg: RewardsConfig) -> RewardItem:
+    """The reward held-out accuracy is judged by: the first (correctness) reward, read leniently
+    for reasoning-gym.
 
     Held-out accuracy counts an answer wherever the model put it (tags, ``\\boxed{}``, an
     ``Answer:`` line, the last number), so a "before" number measures the model, not its format;
@@ -46,7 +47,12 @@ def eval_pool(cfg: RewardsConfig) -> RewardPool:
     """
     first = cfg.functions[0]
     params = {**first.params, "extract": "auto"} if first.name == "reasoning_gym" else first.params
-    spec = spec_from_item(first, weight=1.0, params=params, gate=None)
+    return first.model_copy(update={"weight": 1.0, "params": params, "gate": None})
+
+
+def eval_pool(cfg: RewardsConfig) -> RewardPool:
+    """A pool of :func:`eval_item` alone."""
+    spec = spec_from_item(eval_item(cfg))
     return RewardPool(
         [spec], workers=cfg.workers, timeout_s=cfg.timeout_s, batch_deadline_s=cfg.batch_deadline_s
     )
@@ -62,7 +68,10 @@ def score_completions(
     ``logprobs`` of them, ``finish_reason``); a trajectory's ``text`` is its final model turn.
 
     ``group_sizes`` lets group rewards (majority vote, …) see each prompt's completions together.
+    Per-token self-certainty is passed when every completion carries it (the engine computes it
+    when the sampling params ask: :func:`wants_self_certainty`).
     """
+    certainty = [getattr(c, "self_certainty", None) for c in completions]
     return pool.score(
         [c.text for c in completions],
         list(examples),
@@ -70,4 +79,10 @@ def score_completions(
         [c.finish_reason for c in completions],
         group_sizes=group_sizes,
         token_logprobs=[list(c.logprobs) for c in completions],
+        token_self_certainty=certainty if certainty and None not in certainty else None,
     )
+
+
+def wants_self_certainty(pool: RewardPool | None) -> bool:
+    """Whether a reward of ``pool`` takes ``token_self_certainty`` (the engine then computes it)."""
+    return pool is not None and any("token_self_certainty" in s.call_spec().pool_kwargs for s in pool.specs)

@@ -4,11 +4,13 @@
   prompt stands in for the reference; completions that agree with it score 1. It needs the whole
   group, so it is a *group reward*: the pool calls it once per group (``group_sizes=``).
 - ``self_certainty`` (Intuitor, Zhao et al. 2025) and ``confidence``: rewards from the policy's
-  own token distributions. The trainer passes them to :meth:`RewardPool.score` as
-  ``top_logprobs`` (per completion, per token, the log-probabilities of the top-k tokens; the full
-  vocabulary gives the exact value) or ``token_logprobs`` (per completion, the sampled tokens'
-  log-probabilities, which every rollout engine returns). The formulas are pure functions here so
-  that a trainer holding full logits can compute them directly (:func:`self_certainty_from_logits`).
+  own token distributions. The collector passes them to :meth:`RewardPool.score` as
+  ``token_self_certainty`` (per completion, each token's exact KL(uniform ‖ p), which the HF
+  engine computes from the logits it samples from when a reward asks for it), ``top_logprobs``
+  (per token, the log-probabilities of the top-k tokens, for engines that return only those) or
+  ``token_logprobs`` (the sampled tokens' log-probabilities, which every rollout engine returns).
+  The formulas are pure functions here so that a trainer holding full logits can compute them
+  directly (:func:`self_certainty_from_logits`).
 """
 
 from __future__ import annotations
@@ -133,15 +135,26 @@ def self_certainty_reward(
     example: Example,
     *,
     vocab_size: int | None = None,
+    token_self_certainty: list[float] | None = None,
     top_logprobs: list[list[float]] | None = None,
 ) -> float:
-    """The policy's self-certainty on this completion (see :func:`self_certainty`).
+    """The policy's self-certainty on this completion: the mean over its tokens of KL(uniform ‖ p).
 
-    Needs ``top_logprobs`` from the trainer; use it with a group-normalising advantage (GRPO), as
-    Intuitor does, since its scale depends on the vocabulary.
+    In training and evaluation the engine computes each token's exact value from the full next-token
+    distribution while it samples (``token_self_certainty``; rlvr asks for it whenever a reward takes
+    it). Given only ``top_logprobs`` (an engine that returns top-k), :func:`self_certainty`
+    approximates it. Use it with a group-normalising advantage (GRPO), as Intuitor does, since its
+    scale depends on the vocabulary. Multi-turn episodes carry no per-token values: an error there.
     """
+    if token_self_certainty is not None:
+        if not token_self_certainty:
+            raise ValueError("self_certainty: the completion has no tokens")
+        return sum(token_self_certainty) / len(token_self_certainty)
     if top_logprobs is None:
-        raise ValueError("self_certainty needs top_logprobs= (per-token top-k logprobs) from the trainer")
+        raise ValueError(
+            "self_certainty needs token_self_certainty= (per-token values from the engine, single-turn "
+            "completions) or top_logprobs= (per-token top-k logprobs)"
+        )
     return self_certainty(top_logprobs, vocab_size)
 
 

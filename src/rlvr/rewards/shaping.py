@@ -64,7 +64,7 @@ def repetition_penalty_reward(
     return max_penalty * (1.0 - distinct / total)
 
 
-@register_reward("cosine_length")
+@register_reward("cosine_length", follows={"max_tokens": "rollout.max_new_tokens"})
 def cosine_length_reward(
     completion: str,
     example: Example,

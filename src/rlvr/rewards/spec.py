@@ -22,7 +22,7 @@ from rlvr.rewards.registry import RewardFn, get_reward, is_group_reward, reward_
 
 # Keyword arguments the pool supplies itself (from what the trainer passes to ``score``); users
 # cannot set them in params. A group reward receives each as a list, one entry per completion.
-POOL_KWARGS = ("completion_tokens", "finish_reason", "token_logprobs", "top_logprobs")
+POOL_KWARGS = ("completion_tokens", "finish_reason", "token_logprobs", "top_logprobs", "token_self_certainty")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ class SamplingParams:
     # a sequence also ends at the token where one of these strings completes (e.g. "</tool_call>");
     # its finish_reason is then "stop_string" and the token is kept
     stop_strings: tuple[str, ...] = ()
+    # also return each sampled token's self-certainty, KL(uniform ‖ p) of the policy's next-token
+    # distribution at temperature 1 (for the self_certainty reward; computed from logits in hand)
+    self_certainty: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -41,6 +44,7 @@ class Completion:
     logprobs: list[float]
     finish_reason: str  # "stop" (EOS), "stop_string" (a stop string completed) or "length" (max_new_tokens)
     text: str = ""
+    self_certainty: list[float] | None = None  # per token, when SamplingParams.self_certainty asked
 
     def __len__(self) -> int:
         return len(self.token_ids)

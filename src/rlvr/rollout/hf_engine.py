@@ -10,6 +10,7 @@ copies (``rlvr.models.packed``).
 
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import nullcontext
 
@@ -20,6 +21,15 @@ from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import KVState, extract_state, padded_cache, reserve_decode_room
+
+
+def token_self_certainty(logits: torch.Tensor) -> torch.Tensor:
+    """KL(uniform ‖ p) of each row's next-token distribution ``p = softmax(logits)`` [B, V] → [B]:
+    ``-log V - mean_j log p_j`` (Intuitor's self-certainty of one token; 0 for a uniform ``p``).
+    Computed at temperature 1, from the policy's own distribution, whatever the sampling temperature."""
+    logits = logits.float()
+    mean_logprob = logits.mean(dim=-1) - torch.logsumexp(logits, dim=-1)
+    return -math.log(logits.shape[-1]) - mean_logprob
 
 
 def sample_next(
@@ -204,6 +214,7 @@ class HFEngine:
         captured: dict[int, KVState] = {}  # sequence -> its cache, taken as it leaves the batch
         tokens: list[list[int]] = [[] for _ in range(total)]
         logps: list[list[float]] = [[] for _ in range(total)]
+        certainty: list[list[float]] | None = [[] for _ in range(total)] if params.self_certainty else None
         finish = ["length"] * total
         alive = torch.arange(total)  # which sequences the batch rows currently are
         stop_ids = torch.tensor(self.stop_token_ids, device=device)
@@ -214,6 +225,9 @@ class HFEngine:
             for row, seq in enumerate(alive.tolist()):
                 tokens[seq].append(token_list[row])
                 logps[seq].append(logp_list[row])
+            if certainty is not None:
+                for seq, value in zip(alive.tolist(), token_self_certainty(logits).tolist()):
+                    certainty[seq].append(value)
             done = (
                 torch.isin(token, stop_ids)
                 if not params.ignore_eos
@@ -270,6 +284,7 @@ class HFEngine:
                         logprobs=logps[seq],
                         finish_reason=finish[seq],
                         text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                        self_certainty=certainty[seq] if certainty is not None else None,
                     )
                 )
             groups.append(group)

@@ -42,6 +42,14 @@ def check_algorithm(cfg: RunConfig) -> None:
     except RlvrError as err:
         raise RlvrError(f"algo.advantage: {err}") from err
     accepted_context(estimator, {}, a.advantage_params, "algo.advantage_params")
+    if takes(estimator, "k"):  # pass@k: subsets of k of a group's completions
+        k = a.advantage_params.get("k", inspect.signature(estimator).parameters["k"].default)
+        if isinstance(k, int) and k > cfg.rollout.group_size:
+            raise RlvrError(
+                f"algo.advantage_params.k={k} exceeds rollout.group_size={cfg.rollout.group_size}: the "
+                f"'{a.advantage}' estimator scores subsets of k completions of a group; lower "
+                "algo.advantage_params.k or raise rollout.group_size"
+            )
     if takes(estimator, "values") and a.critic.kind == "none":
         raise RlvrError(
             f"algo.critic.kind: the estimator '{a.advantage}' needs values from a critic; "

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from rlvr.collect import Collector
 from rlvr.config import RunConfig
-from rlvr.data.from_config import build_datasets
+from rlvr.data.from_config import load_datasets
 from rlvr.errors import Stopped
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, training_progress, truncate_after_step
@@ -38,6 +38,7 @@ from rlvr.train.async_collect import AsyncCollector, CopySync
 from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.estimate import check_algorithm
+from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
 from rlvr.train.weight_sync import InProcessSync
@@ -60,7 +61,9 @@ class Orchestrator:
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)
 
-        train_examples, eval_examples = build_datasets(cfg.data)
+        data = load_datasets(cfg.data)
+        train_examples, eval_examples = data.train, data.held_out
+        self.console.print(run_header(cfg, data), highlight=False)
         check_reward_examples(cfg.rewards, train_examples)
         for example in eval_examples:  # a bad eval.group_by path fails now, not after training
             group_of(example, cfg.eval.group_by)

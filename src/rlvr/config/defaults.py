@@ -1,0 +1,176 @@
+"""Defaults that depend on where the data comes from, resolved after the YAML file and overrides.
+
+The default job (reasoning-gym ``chain_sum`` with the bundled model) was tuned with settings that
+only make sense for that task: a worked arithmetic demonstration in the prompt, a reward for how
+close a *number* is, accuracy per arithmetic operator. They belong to that task, not to every run:
+``data.task=gsm_symbolic``, ``data.path=problems.jsonl`` or an environment's dataset each start
+from their own source's defaults instead (:func:`source_defaults`). A value the user set (in the
+YAML file, a recipe or an override) always wins; only keys left out are filled.
+
+The chain_sum values live here rather than as the schema's field defaults so that a field's
+default never silently carries one task's tuning into another's run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import RlvrError
+
+DEFAULT_TASK = "chain_sum"
+DEFAULT_SOURCE = "reasoning_gym"
+
+# The default job's task, its demonstration and rewards (README "What the demo does"; the runs
+# behind each choice are in docs/chain-sum.md).
+CHAIN_SUM_TASK_CONFIG: dict[str, Any] = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+CHAIN_SUM_FEW_SHOT: list[list[str]] = [
+    [
+        "State the final answer to the following arithmetic problem: 12 + 5 =",
+        "12 + 5 = 17\n<answer>17</answer>",
+    ]
+]
+CHAIN_SUM_REWARDS: list[dict[str, Any]] = [
+    # Half the reward for a right answer wherever it is written, half for a right answer inside
+    # <answer> tags: correctness carries signal from step one, the format follows. A quarter more
+    # for how close a tagged number is: groups that are all wrong still rank their answers.
+    {"name": "reasoning_gym", "weight": 0.5, "params": {"extract": "auto"}},
+    {"name": "reasoning_gym", "label": "tagged", "weight": 0.5, "params": {"extract": "answer_tag"}},
+    {"name": "numeric_closeness", "label": "closeness", "weight": 0.25, "params": {"extract": "answer_tag"}},
+]
+CHAIN_SUM_GROUP_BY = ["operators", "answer_sign"]
+
+# Any other reasoning-gym task: the task's own score_answer, reading the answer wherever the model
+# wrote it (tags, \boxed{}, an "Answer:" line, the last number), as held-out accuracy does.
+REASONING_GYM_REWARDS: list[dict[str, Any]] = [{"name": "reasoning_gym", "params": {"extract": "auto"}}]
+# Files and HF datasets: each row's `verifier` column picks its reward, math-verify equivalence
+# to the reference otherwise.
+TABLE_REWARDS: list[dict[str, Any]] = [{"name": "verifier", "params": {"default": "math"}}]
+
+
+def infer_source(data: dict[str, Any]) -> str:
+    """``data.source`` when given; else ``file`` for a ``data.path`` with a data file's extension,
+    ``hf`` for any other path (a dataset directory or a hub id), and reasoning-gym without a path."""
+    if data.get("source") is not None:
+        return str(data["source"])
+    path = data.get("path")
+    if not path:
+        return DEFAULT_SOURCE
+    from rlvr.data.file_source import SUPPORTED_EXTENSIONS
+
+    return "file" if Path(str(path)).suffix.lower() in SUPPORTED_EXTENSIONS else "hf"
+
+
+def source_defaults(source: str, task: str | None, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{section: {key: default}}`` for a run whose data comes from ``source`` (and ``task``)."""
+    if source == DEFAULT_SOURCE and (task or DEFAULT_TASK) == DEFAULT_TASK:
+        return {
+            "data": {
+                "task": DEFAULT_TASK,
+                "task_config": CHAIN_SUM_TASK_CONFIG,
+                "few_shot": CHAIN_SUM_FEW_SHOT,
+            },
+            "rewards": {"functions": CHAIN_SUM_REWARDS},
+            "eval": {"group_by": CHAIN_SUM_GROUP_BY},
+        }
+    if source == DEFAULT_SOURCE:
+        return {
+            "data": {"task_config": {}, "few_shot": []},
+            "rewards": {"functions": REASONING_GYM_REWARDS},
+            "eval": {"group_by": []},
+        }
+    if source in ("file", "hf"):
+        rewards = TABLE_REWARDS if data.get("answer_key", "answer") is not None else None
+        return {
+            "data": {"task": None, "task_config": {}, "few_shot": []},
+            "rewards": {"functions": rewards},
+            "eval": {"group_by": []},
+        }
+    # env: the environment's own turn rewards score its episodes
+    return {
+        "data": {"task_config": {}, "few_shot": []},
+        "rewards": {"functions": []},
+        "eval": {"group_by": []},
+    }
+
+
+def apply_source_defaults(tree: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the raw config ``tree`` with the keys it leaves out filled for its data source.
+
+    Also refuses keys that the chosen source would silently ignore (a ``data.path`` for
+    reasoning-gym, a ``data.task`` for a file), naming them.
+    """
+    tree = {key: _plain(value) for key, value in tree.items()}
+    data = dict(tree.get("data") or {})
+    source = infer_source(data)
+    _check_applicable(source, data)
+    defaults = source_defaults(source, data.get("task"), data)
+    if source in ("file", "hf") and defaults["rewards"]["functions"] is None:
+        if "functions" not in (tree.get("rewards") or {}):
+            raise RlvrError(
+                "data.answer_key is null (no reference answers), so the default reward (math against "
+                "the reference) cannot score; set rewards.functions to a label-free reward, e.g. "
+                "'rewards.functions=[{name: majority_vote}]'"
+            )
+        defaults["rewards"] = {}
+    data.setdefault("source", source)
+    tree["data"] = data
+    for section, values in defaults.items():
+        given = dict(tree.get(section) or {})
+        for key, value in values.items():
+            given.setdefault(key, _copy(value))
+        tree[section] = given
+    if "name" not in tree:
+        tree["name"] = default_name(tree)
+    return tree
+
+
+def default_name(tree: dict[str, Any]) -> str:
+    """``<algo.advantage>-<task or data file name>``, e.g. ``grpo-chain-sum``, ``grpo-problems``."""
+    data = tree.get("data") or {}
+    advantage = (tree.get("algo") or {}).get("advantage", "grpo")
+    if data.get("source") in ("file", "hf"):
+        path = str(data.get("path") or "data").rstrip("/")
+        subject = Path(path).stem or path
+    else:
+        subject = str(data.get("task") or DEFAULT_TASK)
+    return f"{advantage}-{subject}".replace("_", "-").replace("/", "-")
+
+
+def _check_applicable(source: str, data: dict[str, Any]) -> None:
+    if source in ("reasoning_gym", "env") and data.get("path"):
+        raise RlvrError(
+            f"data.path is set but data.source is {source}, which does not read files; drop "
+            "data.source (a data.path alone means a file) or set data.source to file or hf"
+        )
+    if source in ("file", "hf"):
+        for key in ("task", "task_config"):
+            if data.get(key):
+                raise RlvrError(
+                    f"data.{key} applies to reasoning-gym tasks and environment datasets, not to "
+                    f"data.source={source} (data.path={data.get('path')}); drop data.{key}"
+                )
+    if source == "env" and not data.get("task"):
+        from rlvr.data.env_source import ENV_DATASETS
+
+        raise RlvrError(
+            "data.source=env needs data.task, the environment whose generator makes the problems: "
+            + ", ".join(ENV_DATASETS.names())
+        )
+
+
+def _plain(value: Any) -> Any:
+    """A section given as a model instance (Python API) as the dict of the keys that were set."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    return value
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value

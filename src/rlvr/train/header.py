@@ -1,0 +1,129 @@
+"""The lines a run prints before it trains: exactly what it trains on, how it prompts, what it rewards.
+
+Defaults depend on the data source (:mod:`rlvr.config.defaults`) and file columns are recognised
+without configuration (:mod:`rlvr.data.rows`), so the run states what it resolved to rather than
+leaving the user to guess: the data and how its rows were read, the prompt's parts and the first
+training prompt itself, every reward component with its weight and params, the method and eval.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+
+from rlvr.config import RunConfig
+from rlvr.config.schema import RewardItem
+from rlvr.data.from_config import Datasets
+from rlvr.data.prompts import resolve_answer_format
+from rlvr.rewards.scoring import eval_item
+
+WIDTH = 160  # the first prompt is cut to this many characters
+
+
+def run_header(cfg: RunConfig, data: Datasets) -> str:
+    """The header as one string of ``label  text`` lines, rich markup (printed by the orchestrator):
+    everything but the title is escaped, so a rubric's ``{metadata[rubric]}`` prints as written."""
+    lines = [
+        f"{cfg.name} → {cfg.output_dir}/{cfg.name}",
+        f"  model    {cfg.model.name} ({cfg.model.dtype}, {cfg.model.device})"
+        + (f", LoRA r={cfg.model.lora.r}" if cfg.model.lora.r else ""),
+        f"  data     {describe_data(cfg, data)}",
+        f"  prompt   {describe_prompt(cfg, data)}",
+        f"  first    {first_question(data)}",
+        f"  rewards  {describe_rewards(cfg.rewards.functions, cfg)}",
+        f"  method   {describe_method(cfg)}",
+        f"  eval     {describe_eval(cfg, data)}",
+    ]
+    return "[bold]rlvr train[/bold] " + escape("\n".join(lines))
+
+
+def _mapping(values: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in values.items()) + "}" if values else "{}"
+
+
+def describe_data(cfg: RunConfig, data: Datasets) -> str:
+    d = cfg.data
+    counts = f"{len(data.train)} training, {len(data.held_out)} held-out"
+    if d.source == "reasoning_gym":
+        config = _mapping(d.task_config) if d.task_config else "(the task's default config)"
+        return f"reasoning-gym {d.task} {config}: {counts} problems"
+    if d.source == "env":
+        return f"environment dataset {d.task} {_mapping(d.task_config)}: {counts} problems"
+    where = f"file {d.path}" if d.source == "file" else f"HF dataset {d.path} [{d.split}]"
+    return f"{where}: {counts} rows; {data.reading}"
+
+
+def describe_prompt(cfg: RunConfig, data: Datasets) -> str:
+    d = cfg.data
+    parts = [f"system: {d.system_prompt!r}" if d.system_prompt else "system: the chat template's default"]
+    if d.few_shot:
+        parts.append(f"{len(d.few_shot)} demonstration{'s' if len(d.few_shot) > 1 else ''} (data.few_shot)")
+    else:
+        parts.append("no demonstrations")
+    if d.source == "env":
+        parts.append("the environment's own instructions")
+    else:
+        instruction = resolve_answer_format(d.answer_format)
+        text = f"instruction {instruction!r}" if instruction else "no answer-format instruction"
+        if "chat, as written" in data.reading:
+            text += " (not added to chat prompts, used as written)"
+        parts.append(text)
+    if cfg.env.name:
+        parts.append(f"played out in environment {cfg.env.name} (up to {cfg.env.max_turns} turns)")
+    return "; ".join(parts)
+
+
+def first_question(data: Datasets) -> str:
+    """The first training example's last user turn as the model reads it (after any
+    demonstrations), cut to :data:`WIDTH` characters."""
+    if not data.train:
+        return "(no training examples)"
+    text = repr(data.train[0].question)
+    return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
+
+
+def describe_reward(item: RewardItem) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in item.params.items())
+    text = f"{item.name}({params})"
+    if item.label:
+        text = f"{item.label} = {text}"
+    if item.gate:
+        text += f" if {item.gate} ≥ {item.gate_min:g}"
+    return text
+
+
+def describe_rewards(functions: list[RewardItem], cfg: RunConfig) -> str:
+    if not functions:
+        return "the environment's turn rewards only"
+    text = " + ".join(f"{item.weight:g} × {describe_reward(item)}" for item in functions)
+    if cfg.rewards.shaping:
+        text += "; shaped by " + ", ".join(s.name for s in cfg.rewards.shaping)
+    return text
+
+
+def describe_method(cfg: RunConfig) -> str:
+    a, r = cfg.algo, cfg.rollout
+    text = f"{a.advantage} advantages, {a.loss} loss"
+    if a.kl_coef:
+        text += f", KL {a.kl_coef:g}" + (" in the reward" if a.kl_in_reward else "")
+    steps = f"{cfg.train.steps} step{'' if cfg.train.steps == 1 else 's'}"
+    text += (
+        f"; {steps} of {r.prompts_per_step} prompts × {r.group_size} completions, "
+        f"up to {r.max_new_tokens} new tokens at temperature {r.temperature:g}"
+    )
+    return text
+
+
+def describe_eval(cfg: RunConfig, data: Datasets) -> str:
+    if not data.held_out:
+        return "none (data.eval_size=0)"
+    e = cfg.eval
+    scorer = describe_reward(eval_item(cfg.rewards)) if cfg.rewards.functions else "the environment"
+    text = f"greedy accuracy by {scorer} on {len(data.held_out)} held-out"
+    if e.samples:
+        text += f"; {e.samples} samples each (pass@{', pass@'.join(map(str, e.pass_k))}"
+        text += f", maj@{e.samples})" if e.samples > 1 else ")"
+    if e.group_by:
+        text += "; by " + ", ".join(e.group_by)
+    return text

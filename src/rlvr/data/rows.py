@@ -212,8 +212,9 @@ def _reference_from_row(
     if key is None:
         return None, "none (label-free)"
     candidates = [key] + (list(REFERENCE_COLUMNS) if key == DEFAULT_ANSWER_KEY else [])
-    if _override(row, VERIFIER_COLUMN, mapping.verifier) == SELF_SCORED_VERIFIER and not any(
-        _lookup(row, c)[0] for c in candidates
+    if _override(row, VERIFIER_COLUMN, mapping.verifier) == SELF_SCORED_VERIFIER and all(
+        not _lookup(row, c)[0] or _is_missing(_lookup(row, c)[1]) or str(_lookup(row, c)[1]).strip() == ""
+        for c in candidates
     ):
         return None, "none (its environment scores it)"
     for candidate in candidates:

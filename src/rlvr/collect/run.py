@@ -24,6 +24,7 @@ from rlvr.data.from_config import build_datasets
 from rlvr.errors import RlvrError
 from rlvr.log import JsonlWriter
 from rlvr.models import load_model, load_tokenizer
+from rlvr.models.precision import precision_of
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
 from rlvr.trajectory import TrajectoryGroup, group_records
@@ -78,6 +79,9 @@ def collect_to_file(
 
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
+    rollout_dtype = precision_of(cfg).rollout_dtype
+    if rollout_dtype is not None:  # sample as training would: from the rollout's copy dtype
+        model = model.to(rollout_dtype)
     engine = build_engine(cfg, model, tokenizer)
     collector = Collector(cfg, engine, tokenizer, examples)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")

@@ -31,12 +31,31 @@ class ModelConfig(Section):
     name: str = Field(
         "smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline)."
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameter dtype; use float32 on CPU (bf16 matmuls are ~70x slower there)."
+    precision: Literal["fp32", "bf16-mixed", "fp16-mixed", "bf16", "fp16", "auto"] = Field(
+        "fp32",
+        description="fp32; bf16-mixed / fp16-mixed: fp32 master weights and optimizer, forward and backward "
+        "under autocast (fp16 with loss scaling); bf16 / fp16: the weights themselves in that dtype; auto: "
+        "bf16-mixed where the CPU (AMX/AVX512-bf16) or GPU computes bf16 natively, else fp32 "
+        "(docs/precision.md).",
     )
     device: str = Field("cpu", description="Torch device for the policy: cpu, cuda, cuda:1, …")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = all cores.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_dtype(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "dtype" in values:
+            raise ValueError(
+                f"model.dtype={values['dtype']!r} was replaced by model.precision: bf16 (weights and optimizer "
+                "in bf16), bf16-mixed (fp32 master weights, bf16 compute), fp16, fp16-mixed or fp32"
+            )
+        return values
+
+    @property
+    def dtype(self) -> str:
+        """The dtype name the policy's (master) weights are loaded in."""
+        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.precision, "float32")
 
 
 class DataConfig(Section):
@@ -106,6 +125,12 @@ class RolloutConfig(Section):
         False, description="Never stop at EOS (fixed-length completions, for benchmarks)."
     )
     max_batch_sequences: int = Field(64, ge=1, description="Sequences decoded at once (memory bound).")
+    weights_dtype: Literal["auto", "policy", "bf16", "fp16"] = Field(
+        "auto",
+        description="What the engine samples from: policy (the learner's weights as they are, no copy), "
+        "bf16 / fp16 (a copy in that dtype, refreshed after every update); auto: a bf16 copy under "
+        "model.precision=bf16-mixed, an fp16 copy under fp16-mixed, the policy otherwise.",
+    )
     packed_weights: Literal["auto", "on", "off"] = Field(
         "auto",
         description="CPU fp32: decode through MKL-packed copies of the weights, made for each generate "
@@ -400,6 +425,11 @@ class RunConfig(Section):
             raise ValueError(
                 "rewards.functions is empty: give at least one reward, or an environment (env.name) "
                 "whose turn rewards score the episodes"
+            )
+        if self.model.precision == "fp16-mixed" and self.algo.critic.kind == "separate":
+            raise ValueError(
+                "model.precision=fp16-mixed with algo.critic.kind=separate is not supported (the loss "
+                "scaler covers the policy's optimizer only): use bf16-mixed, or algo.critic.kind=head"
             )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")

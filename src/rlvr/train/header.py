@@ -16,6 +16,7 @@ from rlvr.config import RunConfig
 from rlvr.config.schema import RewardItem
 from rlvr.data.from_config import Datasets
 from rlvr.data.prompts import resolve_answer_format
+from rlvr.models.precision import precision_of
 from rlvr.rewards.scoring import eval_item
 
 WIDTH = 160  # the first prompt is cut to this many characters
@@ -26,8 +27,9 @@ def run_header(cfg: RunConfig, data: Datasets) -> str:
     everything but the title is escaped, so a rubric's ``{metadata[rubric]}`` prints as written."""
     lines = [
         f"{cfg.name} → {cfg.output_dir}/{cfg.name}",
-        f"  model    {cfg.model.name} ({cfg.model.dtype}, {cfg.model.device})"
+        f"  model    {cfg.model.name} ({cfg.model.device})"
         + (f", LoRA r={cfg.model.lora.r}" if cfg.model.lora.r else ""),
+        f"  dtypes   {precision_of(cfg).describe()}",
         f"  data     {describe_data(cfg, data)}",
         f"  prompt   {describe_prompt(cfg, data)}",
         f"  first    {first_question(data)}",

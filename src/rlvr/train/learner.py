@@ -25,6 +25,7 @@ import torch
 from rlvr.algo import ADVANTAGE_ESTIMATORS, token_weights
 from rlvr.config import RunConfig
 from rlvr.models import load_model
+from rlvr.models.precision import grad_scaler, precision_of
 from rlvr.train.batch import TrainBatch, build_batch
 from rlvr.train.controllers import Coefficients
 from rlvr.train.critic import build_critic, value_metrics
@@ -71,6 +72,8 @@ class Learner:
 
     def __init__(self, cfg: RunConfig, policy: torch.nn.Module, pad_id: int) -> None:
         self.cfg, self.model, self.pad_id = cfg, policy, pad_id
+        self.precision = precision_of(cfg)  # autocast for every forward pass; fp16's loss scaler
+        self.scaler = grad_scaler(self.precision)
         self.ref_model = None
         if cfg.algo.kl_coef > 0:  # no reference model at all when KL is off
             self.ref_model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device).eval()
@@ -122,6 +125,8 @@ class Learner:
                 kl_coef=self.coefs.kl,
                 loss_context=self.coefs.loss_context(),
                 loss_scale=metrics["update/loss_scale"],
+                precision=self.precision,
+                scaler=self.scaler,
             )
         )
         self.coefs.update(self.cfg.algo, metrics, len(batch))
@@ -151,7 +156,9 @@ class Learner:
             rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
             metrics["reward/shaped_mean"] = float(rewards.mean())
         if a.kl_in_reward and self.ref_model is not None:
-            ref = batch_logprobs(self.ref_model, on_device, a.micro_batch_size, temperature).cpu()
+            ref = batch_logprobs(
+                self.ref_model, on_device, a.micro_batch_size, temperature, self.precision.autocast()
+            ).cpu()
             kl = sampled_kl(batch.sampling_logprobs, ref, mask)
             context["token_rewards"] = layout.compact(kl_token_rewards(kl, mask, self.coefs.kl))
             metrics["reward/kl"] = float((kl * token_weights(mask, a.loss_agg, max_new)).sum())
@@ -164,7 +171,8 @@ class Learner:
             context["baseline_rewards"] = torch.tensor([g.baseline_reward for g in groups])[index]
         old_values = None
         if self.critic is not None:
-            old_values = self.critic.batch_values(self.model, on_device, a.micro_batch_size, temperature)
+            with self.precision.autocast():
+                old_values = self.critic.batch_values(self.model, on_device, a.micro_batch_size, temperature)
             context["values"] = layout.compact(old_values := old_values.cpu())
         if a.turn_advantage == "turn":
             params = a.advantage_params
@@ -206,6 +214,8 @@ class Learner:
         }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
+        if self.scaler is not None:
+            state["grad_scaler"] = self.scaler.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -213,3 +223,5 @@ class Learner:
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
+        if self.scaler is not None and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])

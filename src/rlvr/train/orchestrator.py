@@ -31,6 +31,7 @@ from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
+from rlvr.models.precision import precision_of
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
 from rlvr.train import checkpoint as ckpt
@@ -80,12 +81,19 @@ class Orchestrator:
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
         self.pipeline: AsyncCollector | None = None
-        if cfg.train.max_staleness is None:
+        rollout_dtype = precision_of(cfg).rollout_dtype
+        if cfg.train.max_staleness is None and rollout_dtype is None:
             # In one process the engine samples from the learner's own module: syncing copies nothing.
             engine = build_engine(cfg, policy, self.tokenizer)
             self.sync: InProcessSync | CopySync = InProcessSync(engine)
-        else:  # the engine samples from its own copy while the learner trains (async_collect.py)
-            engine = build_engine(cfg, copy.deepcopy(policy).requires_grad_(False), self.tokenizer)
+        else:
+            # The engine samples from its own copy: while the learner trains (async_collect.py), or in
+            # another dtype (a bf16 copy of fp32 master weights, models/precision.py). Each push
+            # copies the new weights in, cast to the copy's dtype.
+            sampler = copy.deepcopy(policy).requires_grad_(False)
+            engine = build_engine(
+                cfg, sampler.to(rollout_dtype) if rollout_dtype else sampler, self.tokenizer
+            )
             self.sync = CopySync(engine)
         self.learner = Learner(cfg, policy, engine.pad_id)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +20,7 @@ from rlvr.train.batch import TrainBatch
 from rlvr.train.logprobs import completion_logprobs
 
 if TYPE_CHECKING:
+    from rlvr.models.precision import Precision
     from rlvr.train.critic import Critic
 
 
@@ -27,13 +29,43 @@ def _micro_slices(n: int, size: int) -> list[slice]:
 
 
 @torch.no_grad()
-def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
-    """Logprobs [B, T] of the whole batch without gradient (old policy or reference)."""
+def batch_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    temperature: float,
+    autocast: AbstractContextManager | None = None,
+) -> torch.Tensor:
+    """Logprobs [B, T] of the whole batch without gradient (old policy or reference), computed
+    under ``autocast`` (the training precision's) when given."""
     out = torch.zeros_like(batch.sampling_logprobs)
-    for rows in _micro_slices(len(batch), micro):
-        sub = batch.select(rows)
-        out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
+    with autocast or nullcontext():
+        for rows in _micro_slices(len(batch), micro):
+            sub = batch.select(rows)
+            out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
     return out
+
+
+def mismatch_metrics(trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the trainer's logprobs [B, T] of the sampled tokens are from the sampler's, before
+    the update: per token (mean and max of |Δ|, and the k3 estimate of KL(sampler ‖ trainer)) and per
+    sequence (the spread of the importance ratio π_trainer / π_sampler over the sequence's tokens).
+    Zero when both compute with the same weights in the same precision; a bf16 sampler against an
+    fp32 trainer is what makes them differ (docs/precision.md)."""
+    mask = mask.to(trainer.dtype)
+    tokens = mask.sum().clamp(min=1)
+    delta = (trainer - sampler) * mask  # log π_trainer − log π_sampler per sampled token
+    seq_log_ratio = delta.sum(dim=1)
+    k3 = (torch.expm1(-delta) + delta) * mask  # E_sampler[r − 1 − log r], r = π_trainer/π_sampler
+    seq_ratio = seq_log_ratio.exp()
+    return {
+        "mismatch/logprob_diff_mean": float(delta.abs().sum() / tokens),
+        "mismatch/logprob_diff_max": float(delta.abs().max()) if delta.numel() else 0.0,
+        "mismatch/kl": float(k3.sum() / tokens),
+        "mismatch/seq_log_ratio_std": float(seq_log_ratio.std()) if len(seq_log_ratio) > 1 else 0.0,
+        "mismatch/seq_ratio_min": float(seq_ratio.min()),
+        "mismatch/seq_ratio_max": float(seq_ratio.max()),
+    }
 
 
 def minibatch_rows(batch: TrainBatch, count: int, generator: torch.Generator | None) -> list[torch.Tensor]:
@@ -64,6 +96,8 @@ def policy_update(
     kl_coef: float | None = None,
     loss_context: dict[str, Any] | None = None,
     loss_scale: float = 1.0,
+    precision: Precision | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> dict[str, float]:
     """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
 
@@ -73,22 +107,29 @@ def policy_update(
     carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
     aggregated with the policy loss's token weights, is added to the loss. ``loss_scale`` multiplies
     those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch).
+    ``precision`` runs the forward passes under its autocast (mixed precision); ``scaler`` scales
+    the loss and unscales the gradients before clipping (fp16 mixed precision).
     """
+    autocast = precision.autocast if precision is not None else nullcontext
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
     # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
-    old_all = None if on_policy else batch_logprobs(model, batch, cfg.micro_batch_size, temperature)
+    old_all = (
+        None if on_policy else batch_logprobs(model, batch, cfg.micro_batch_size, temperature, autocast())
+    )
     kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
     ref_all = None
     if kl_coef > 0 and ref_model is not None and not cfg.kl_in_reward:
-        ref_all = batch_logprobs(ref_model, batch, cfg.micro_batch_size, temperature)
+        ref_all = batch_logprobs(ref_model, batch, cfg.micro_batch_size, temperature, autocast())
     if critic is not None and (batch.returns is None or batch.old_values is None):
         raise ValueError("a critic's update needs batch.returns and batch.old_values")
     with_hidden = critic is not None and critic.shares_policy
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    # the trainer's logprobs of the sampled tokens before this update, for the mismatch metrics
+    before = old_all if old_all is not None else torch.zeros_like(batch.sampling_logprobs)
 
     sums: dict[str, float] = defaultdict(float)
     updates = 0
@@ -103,9 +144,12 @@ def policy_update(
             for micro_rows in slices:
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
-                logprobs, entropy, *hidden = completion_logprobs(
-                    model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
-                )
+                with autocast():
+                    logprobs, entropy, *hidden = completion_logprobs(
+                        model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
+                    )
+                if old_all is None:  # on-policy: one minibatch, one step, so this is before the update
+                    before[rows[micro_rows], :width] = logprobs.detach()
                 old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
                 context = {
                     "clip_low": cfg.clip_low,
@@ -125,7 +169,8 @@ def policy_update(
                     loss = loss + kl_coef * (kl * w).sum()
                     sums["kl"] += float((kl.detach() * w).sum())
                 if critic is not None:
-                    values = critic.values(micro, hidden[0] if hidden else None)
+                    with autocast():
+                        values = critic.values(micro, hidden[0] if hidden else None)
                     v_loss, v_stats = value_loss(
                         values, micro.old_values, micro.returns, mask, cfg.critic.value_clip
                     )
@@ -133,7 +178,7 @@ def policy_update(
                     loss = loss + cfg.critic.vf_coef * v_loss
                     sums["value_loss"] += float(v_loss.detach())
                     stats = {**stats, **v_stats}
-                loss.backward()
+                (scaler.scale(loss) if scaler is not None else loss).backward()
                 sums["loss"] += float(loss.detach())
                 # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
                 token_share = float(mask.sum() / mini.completion_mask.sum().clamp(min=1))
@@ -145,12 +190,21 @@ def policy_update(
                 )
                 for key, value in stats.items():
                     sums[key] += value * token_share
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
             sums["lr"] += scheduler.get_last_lr()[0]
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
+                scaler.update()
+                sums["loss_scale_fp16"] += scaler.get_scale()
+            else:
+                optimizer.step()
             scheduler.step()
             if critic is not None:
                 for key, value in critic.step(grad_clip).items():
                     sums[key] += value
             updates += 1
-    return {f"update/{key}": value / updates for key, value in sums.items()}
+    metrics = {f"update/{key}": value / updates for key, value in sums.items()}
+    metrics.update(mismatch_metrics(before, batch.sampling_logprobs, batch.completion_mask))
+    return metrics

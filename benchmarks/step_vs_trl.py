@@ -49,7 +49,9 @@ def parse_configs(text: str) -> list[tuple[int, int, int]]:
     return configs
 
 
-def build_spec(p: int, g: int, t: int, args: argparse.Namespace, model_dir: str) -> dict:
+def build_spec(
+    p: int, g: int, t: int, args: argparse.Namespace, model_dir: str, precision: str = "fp32"
+) -> dict:
     """Everything a child needs, with the prompts in the order rlvr's sampler will draw them.
 
     rlvr draws prompts with its own seeded sampler; TRL takes its dataset in order
@@ -72,6 +74,7 @@ def build_spec(p: int, g: int, t: int, args: argparse.Namespace, model_dir: str)
         "warmup": args.warmup,
         "steps": args.steps,
         "threads": args.threads,
+        "precision": precision,  # fp32, or bf16: rlvr bf16-mixed (+ bf16 rollout copy), TRL bf16=True
         "lr": 1e-5,
         "seed": 0,
         "train_size": p * (steps + 2),  # a little spare so TRL's dataloader never wraps around
@@ -87,13 +90,14 @@ def build_spec(p: int, g: int, t: int, args: argparse.Namespace, model_dir: str)
     return spec
 
 
-def matmul_gflops(threads: int, n: int = 2048, seconds: float = 1.5) -> float:
-    """Sustained fp32 GFLOP/s of an n x n matmul loop on ``threads`` threads."""
+def matmul_gflops(threads: int, n: int = 2048, seconds: float = 1.5, dtype: str = "fp32") -> float:
+    """Sustained GFLOP/s of an n x n matmul loop in ``dtype`` (fp32, bf16) on ``threads`` threads."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(n, n, dtype=kind), torch.randn(n, n, dtype=kind)
+    out = torch.empty(n, n, dtype=kind)
     for _ in range(2):
         torch.mm(a, b, out=out)
     count, start = 0, time.perf_counter()
@@ -187,7 +191,8 @@ def check(runs: dict, spec: dict) -> dict[str, object]:
 def summarize(runs: dict, spec: dict, gflops: float) -> dict:
     """Medians over every timed step of every repetition; peak RSS is the max over repetitions."""
     p, g, t, w = spec["prompts_per_step"], spec["group_size"], spec["max_new_tokens"], spec["warmup"]
-    row: dict = {"config": f"{p}x{g}x{t}", "P": p, "G": g, "T": t}
+    precision = spec.get("precision", "fp32")
+    row: dict = {"config": f"{p}x{g}x{t}-{precision}", "P": p, "G": g, "T": t, "precision": precision}
     for fw in ("rlvr", "trl"):
         timed = [s for r in runs[fw] for s in r["steps"][w:]]
         step = [s["step_s"] for s in timed]
@@ -229,6 +234,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run before timing")
     parser.add_argument("--threads", type=int, default=2, help="torch threads in both frameworks")
+    parser.add_argument(
+        "--precisions",
+        default="fp32",
+        help="comma-separated: fp32 and/or bf16 (rlvr model.precision=bf16-mixed with its bf16 rollout "
+        "copy; TRL bf16=True)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
     parser.add_argument(
@@ -256,16 +267,25 @@ def main() -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     info = machine_info(args.threads)
     model_dir = resolve_model_path("smollm2-135m-instruct")
-    configs = parse_configs(args.configs)
-    gflops = [matmul_gflops(args.threads)]
-    print(f"fp32 matmul: {gflops[-1]:.1f} GFLOP/s on {args.threads} threads", flush=True)
+    precisions = [x.strip() for x in args.precisions.split(",") if x.strip()]
+    if not precisions or any(x not in ("fp32", "bf16") for x in precisions):
+        raise SystemExit(f"--precisions: {args.precisions!r}; allowed: fp32, bf16")
+    configs = [(*c, prec) for c in parse_configs(args.configs) for prec in precisions]
+    rates: dict[str, list[float]] = {d: [] for d in precisions}
+
+    def measure_rates() -> None:
+        for dtype in precisions:
+            rates[dtype].append(matmul_gflops(args.threads, dtype=dtype))
+            print(f"{dtype} matmul: {rates[dtype][-1]:.1f} GFLOP/s on {args.threads} threads", flush=True)
+
+    measure_rates()
 
     rows, raw = [], []
     with tempfile.TemporaryDirectory(prefix="step_vs_trl_") as tmp:
         specs = []
-        for p, g, t in configs:
-            spec = build_spec(p, g, t, args, model_dir)
-            path = Path(tmp) / f"spec_{p}x{g}x{t}.json"
+        for p, g, t, prec in configs:
+            spec = build_spec(p, g, t, args, model_dir, prec)
+            path = Path(tmp) / f"spec_{p}x{g}x{t}_{prec}.json"
             path.write_text(json.dumps(spec))
             specs.append((spec, path))
         runs = [{"rlvr": [], "trl": []} for _ in configs]
@@ -273,7 +293,10 @@ def main() -> None:
             for (spec, path), cfg_runs in zip(specs, runs):
                 order = ("rlvr", "trl") if rep % 2 == 0 else ("trl", "rlvr")
                 for fw in order:
-                    label = f"{spec['prompts_per_step']}x{spec['group_size']}x{spec['max_new_tokens']}"
+                    label = (
+                        f"{spec['prompts_per_step']}x{spec['group_size']}x{spec['max_new_tokens']} "
+                        f"{spec['precision']}"
+                    )
                     print(f"rep {rep + 1}/{args.reps} {label} {fw} ...", end=" ", flush=True)
                     result = run_child(fw, path, args.threads)
                     cfg_runs[fw].append(result)
@@ -283,19 +306,19 @@ def main() -> None:
                         f"{result['peak_rss_mib']:.0f} MiB",
                         flush=True,
                     )
-                gflops.append(matmul_gflops(args.threads))
-        rate = statistics.median(gflops)
+                measure_rates()
         for (spec, _), cfg_runs in zip(specs, runs):
-            rows.append(summarize(cfg_runs, spec, rate))
+            rows.append(summarize(cfg_runs, spec, statistics.median(rates[spec["precision"]])))
             raw.append({"spec": {k: v for k, v in spec.items() if "prompt" not in k}, "runs": cfg_runs})
 
     image = args.out.parent / "img" / "step_vs_trl.png"
     plot(rows, image)
-    block = markdown(rows, info, gflops, command, os.path.relpath(image, args.out.parent), date)
+    block = markdown(rows, info, rates, command, os.path.relpath(image, args.out.parent), date)
     write_doc(args.out, block)
     if args.json:
-        args.json.write_text(json.dumps({"info": info, "gflops": gflops, "rows": rows, "raw": raw}, indent=1))
-    print(f"\nmatmul GFLOP/s: {', '.join(f'{x:.0f}' for x in gflops)}")
+        args.json.write_text(json.dumps({"info": info, "gflops": rates, "rows": rows, "raw": raw}, indent=1))
+    for dtype, values in rates.items():
+        print(f"\n{dtype} matmul GFLOP/s: {', '.join(f'{x:.0f}' for x in values)}")
     for r in rows:
         print(
             f"{r['config']}: rlvr {r['rlvr']['step_s']:.2f} s/step, TRL {r['trl']['step_s']:.2f} s/step, "

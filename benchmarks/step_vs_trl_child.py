@@ -64,7 +64,7 @@ def rlvr_overrides(spec: dict, output_dir: str) -> list[str]:
     p, g, t = spec["prompts_per_step"], spec["group_size"], spec["max_new_tokens"]
     return [
         f"model.name={spec['model_dir']}",
-        "model.dtype=float32",
+        f"model.precision={'bf16-mixed' if spec.get('precision') == 'bf16' else 'fp32'}",
         "model.device=cpu",
         f"model.threads={spec['threads']}",
         f"output_dir={output_dir}",
@@ -207,7 +207,7 @@ def run_trl(spec: dict, workdir: str) -> dict:
     args = GRPOConfig(
         output_dir=workdir,
         use_cpu=True,
-        bf16=False,
+        bf16=spec.get("precision") == "bf16",  # TRL's own switch: fp32 master weights, bf16 autocast
         fp16=False,
         model_init_kwargs={"dtype": "float32"},
         report_to=[],

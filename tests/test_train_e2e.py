@@ -76,6 +76,10 @@ STATEFUL = {
         "algo.kl_target=0.001",
         "algo.kl_horizon=16",
     ],
+    # mixed precision: fp32 master weights resume; the bf16 sampling copy is rebuilt from them
+    "bf16_mixed": ["model.precision=bf16-mixed"],
+    # fp16: the dynamic loss scale is state too
+    "fp16_mixed": ["model.precision=fp16-mixed"],
     "separate_critic_kl_in_reward_adaptive_entropy": [
         "algo.advantage=gae",
         "algo.critic.kind=separate",
@@ -93,6 +97,8 @@ COMPARED = {
     "plain": [],
     "lora_with_kl": ["update/kl"],
     "head_critic_adaptive_kl": ["update/value_loss", "critic/value_mean", "algo/kl_coef", "update/kl"],
+    "bf16_mixed": ["mismatch/logprob_diff_mean", "mismatch/kl"],
+    "fp16_mixed": ["update/loss_scale_fp16", "mismatch/logprob_diff_mean"],
     "separate_critic_kl_in_reward_adaptive_entropy": [
         "update/value_loss",
         "update/critic_grad_norm",

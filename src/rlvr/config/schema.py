@@ -47,8 +47,8 @@ class ModelConfig(Section):
     def _no_dtype(cls, values: Any) -> Any:
         if isinstance(values, dict) and "dtype" in values:
             raise ValueError(
-                f"model.dtype={values['dtype']!r} was replaced by model.precision: bf16 (weights and optimizer "
-                "in bf16), bf16-mixed (fp32 master weights, bf16 compute), fp16, fp16-mixed or fp32"
+                f"model.dtype={values['dtype']!r} was replaced by model.precision: bf16 (weights and "
+                "optimizer in bf16), bf16-mixed (fp32 master weights, bf16 compute), fp16, fp16-mixed or fp32"
             )
         return values
 

@@ -76,7 +76,10 @@ class Precision:
             if self.rollout_dtype is None
             else (f"a {DTYPE_NAMES[self.rollout_dtype]} copy, refreshed after every update")
         )
-        text = f"{self.mode} (weights and optimizer {master}, compute {self.compute_name}; sampling from {rollout})"
+        text = (
+            f"{self.mode} (weights and optimizer {master}, compute {self.compute_name}; "
+            f"sampling from {rollout})"
+        )
         return f"{text}; {self.reason}" if self.reason else text
 
 

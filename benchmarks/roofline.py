@@ -125,7 +125,8 @@ def main() -> None:
         raise SystemExit(f"{args.source}: not a step_vs_trl.py --json file ({exc})") from None
     precisions = sorted({row.get("precision", "fp32") for row in rows})
     gflops = {
-        dtype: statistics.median(matmul_gflops(args.threads, dtype=dtype) for _ in range(3)) for dtype in precisions
+        dtype: statistics.median(matmul_gflops(args.threads, dtype=dtype) for _ in range(3))
+        for dtype in precisions
     }
     bandwidth = read_bandwidth(args.threads)
     shape = model_shape()

@@ -314,7 +314,7 @@ def run_trl(spec: dict, workdir: str) -> dict:
         }
         for i, (start, end) in enumerate(zip(starts, clock.end))
     ]
-    model = trainer.learner.model
+    model = trainer.model  # TRL's GRPOTrainer (rlvr's side reads its Orchestrator's learner)
     return {
         "framework": "trl",
         "setup_s": setup_s,

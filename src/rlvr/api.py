@@ -17,13 +17,44 @@ from rlvr.errors import RlvrError
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # rlvr never downloads at run time
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "train"]
+__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "resume_config", "train"]
+
+
+def resume_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, dict]:
+    """The config a ``--resume`` continues with: the run's saved ``config.yaml`` (the run named by
+    ``path`` and ``overrides``) with the given keys applied, and ``{key: (old, new)}`` of what they
+    changed. Keys that may not change mid-run raise :class:`RlvrError` naming them
+    (:mod:`rlvr.train.resume`)."""
+    from rlvr.train.resume import resume_config as _resume_config
+
+    return _resume_config(path, list(overrides))
 
 
 def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
-    """Run a training job; returns {"before": eval metrics, "after": eval metrics}."""
+    """Run a training job; returns {"before": eval metrics, "after": eval metrics}.
+
+    ``resume`` continues the run ``output_dir/name`` from its last checkpoint; ``cfg`` may differ
+    from the run's saved config only in settings that are safe to change mid-run. A finished run
+    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0.
+    """
     from rlvr.train.orchestrator import Orchestrator
 
+    console = console or Console(stderr=True)
+    if resume:
+        from rlvr.train.resume import clear_logs, nothing_to_do, resume_state
+
+        state = resume_state(cfg)
+        done = nothing_to_do(state, cfg)
+        if done:
+            console.print(done, highlight=False)
+            return {}
+        if not state.has_checkpoint:
+            console.print(
+                f"--resume: {state.run} has no checkpoint: starting fresh from step 0 with its "
+                "config.yaml (its old logs are cleared)",
+                highlight=False,
+            )
+            clear_logs(state.run)
     run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
     try:
         return run.fit()

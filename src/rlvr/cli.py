@@ -41,7 +41,12 @@ def train(
         list[str] | None, typer.Argument(help="key=value overrides, e.g. optim.lr=1e-5")
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run from its last checkpoint.")
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the run from its last checkpoint, with its saved config.yaml; only steps, "
+            "time limits, logging, checkpoint and eval settings may be changed.",
+        ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
@@ -49,7 +54,14 @@ def train(
     from rlvr import api
 
     path, items = _split_args(config, overrides)
-    cfg = api.load_config(path, items)
+    if resume:  # the run's saved config; only settings safe to change mid-run may be given
+        cfg, changes = api.resume_config(path, items)
+        if changes:
+            from rlvr.train.resume import describe
+
+            console.print(f"--resume: applied {describe(changes)}", highlight=False)
+    else:
+        cfg = api.load_config(path, items)
     results = api.train(cfg, resume=resume, console=console, quiet=quiet)
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):

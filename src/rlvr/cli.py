@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from typing import Annotated
@@ -248,9 +249,13 @@ def _cli_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, .
     return tuple(usage), tuple(other), tuple(exits)
 
 
+_IO_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
 def main() -> None:
     """The ``rlvr`` entry point: one message and a non-zero exit for every mistake (2 for usage and
-    config errors, 130 when interrupted), a traceback only with ``--debug``."""
+    config errors, 74 when a checkpoint or log cannot be written: a full disk, an I/O error; 130
+    when interrupted), a traceback only with ``--debug``."""
     try:
         app(standalone_mode=False)
     except Stopped as err:  # Ctrl-C or SIGTERM: where the run stopped, not an error
@@ -264,6 +269,12 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         console.print("interrupted")
         sys.exit(130)
+    except OSError as err:  # a full disk or an I/O error outside a checkpoint (logs, output files)
+        if _state["debug"] or err.errno not in _IO_ERRNOS:
+            raise
+        where = f": {err.filename}" if err.filename else ""
+        console.print(f"[bold red]error:[/bold red] {err.strerror}{where}", highlight=False)
+        sys.exit(74)
     except Exception as err:
         usage, other, exits = _cli_exceptions()
         if isinstance(err, usage):  # unknown command or option, missing or malformed parameter

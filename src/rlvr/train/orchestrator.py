@@ -129,15 +129,20 @@ class Orchestrator:
             "policy_version": self.learner.version,
         }
         began = time.perf_counter()
-        path = ckpt.save_checkpoint(
-            self.run_dir / "checkpoints",
-            self.step,
-            self.learner.weights(),
-            self.tokenizer,
-            trainer_state,
-            state,
-            self.cfg.train.keep_checkpoints,
-        )
+        try:
+            path = ckpt.save_checkpoint(
+                self.run_dir / "checkpoints",
+                self.step,
+                self.learner.weights(),
+                self.tokenizer,
+                trainer_state,
+                state,
+                self.cfg.train.keep_checkpoints,
+            )
+        except ckpt.CheckpointError as err:  # the step's metrics line says its checkpoint is missing
+            failed = {"step": self.step, "phase": "checkpoint_failed", "error": str(err)}
+            self.logs["metrics.jsonl"].write(failed)
+            raise
         self.save_s = time.perf_counter() - began
         self.saved_step, self.last_checkpoint = self.step, path
         return path

@@ -55,16 +55,25 @@ def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, 
                 highlight=False,
             )
             clear_logs(state.run)
-    run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
-    try:
-        return run.fit()
-    except KeyboardInterrupt:
-        from rlvr.errors import Stopped
+    from rlvr.train.run_dir import removed_unless_trained
 
-        last = run.last_checkpoint or "none yet"
-        raise Stopped(f"interrupted at step {run.step} (last checkpoint: {last})", exit_code=130) from None
-    finally:
-        run.close()
+    run: Orchestrator | None = None
+    # a new run that fails before its first step leaves no run directory (rlvr.train.run_dir)
+    with removed_unless_trained(cfg, resume, lambda: run is not None and run.step > 0):
+        run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
+        try:
+            return run.fit()
+        except KeyboardInterrupt:
+            from rlvr.errors import Stopped
+
+            if run.step == 0 and not resume:
+                message = "interrupted before the first training step; nothing of the run was kept"
+            else:
+                last = run.last_checkpoint or "none yet"
+                message = f"interrupted at step {run.step} (last checkpoint: {last})"
+            raise Stopped(message, exit_code=130) from None
+        finally:
+            run.close()
 
 
 def collect(

@@ -41,6 +41,7 @@ from rlvr.train.estimate import check_algorithm
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.skips import SkipMonitor, skip_metrics
 from rlvr.train.weight_sync import InProcessSync
 from rlvr.trajectory import group_records
 
@@ -165,6 +166,7 @@ class Orchestrator:
             collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
             t_collect = time.perf_counter() - t0
             metrics = dict(collection.metrics)
+        metrics.update(skip_metrics(collection.seen, collection.kept))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
             self.sync.push(self.learner.weights(), self.learner.version)
@@ -234,12 +236,14 @@ class Orchestrator:
                     self.collector, cfg.train.max_staleness, self.learner.needs_greedy_baseline
                 )
                 self.pipeline_step = self.step
+            skips = SkipMonitor(self.console, cfg.train.steps - self.step)
             while self.step < cfg.train.steps:
                 if self.pipeline is not None and self.step > self.pipeline_step:
                     self.pipeline.trained()  # the last update is published, saved, evaluated: sample on
                 self.pipeline_step = self.step
                 metrics = self.train_step()
                 self.logs["metrics.jsonl"].write({"step": self.step, "phase": "train", **metrics})
+                skips.observe(self.step, metrics)  # says why a step made no update; warns early
                 progress.update(
                     task,
                     completed=self.step,

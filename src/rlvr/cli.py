@@ -202,10 +202,20 @@ def config_show(
 
 @app.command("reward")
 def reward_cmd(
-    task: Annotated[
-        str, typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task.")
-    ],
     completions: Annotated[str, typer.Option("--completions", help="JSONL file, one completion per row.")],
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task."),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help="Score as training with this config or recipe does: all its rewards, weights, pool "
+            "and timeouts (key=value overrides apply to it; --workers/--timeout do not).",
+        ),
+    ] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides of --config")] = None,
     reward: Annotated[
         list[str] | None, typer.Option("--reward", help="Reward to apply (repeatable); default from --task.")
     ] = None,
@@ -215,16 +225,33 @@ def reward_cmd(
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Reward worker processes (0: one per CPU).")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per reward call.")] = 10.0,
+    out: Annotated[
+        str | None, typer.Option("--out", help="With --config: write each row's total, components, errors.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Score a file of completions offline: mean reward, per-component means, errors, examples."""
-    from rlvr.rewards.offline import print_summary, score_file
+    from rlvr.rewards.offline import print_summary, score_file, score_with_config
 
-    try:
-        parsed = json.loads(params) if params else None
-    except json.JSONDecodeError as err:
-        raise RlvrError(f"--params is not valid JSON: {err}") from err
-    summary = score_file(completions, task, reward, parsed, workers=workers, timeout_s=timeout)
+    if config is not None or overrides:
+        if task or reward or params:
+            raise RlvrError("rlvr reward: give --config or --task/--reward/--params, not both")
+        from rlvr import api
+
+        cfg = api.load_config(config, overrides or [])
+        console.print(f"scoring {completions} as training with {config or 'the default config'} does")
+        summary = score_with_config(completions, cfg, out=out)
+    else:
+        if not task:
+            raise RlvrError("rlvr reward needs --task NAME (a reward or reasoning-gym task) or --config FILE")
+        if out:
+            raise RlvrError("--out needs --config")
+        try:
+            parsed = json.loads(params) if params else None
+        except json.JSONDecodeError as err:
+            raise RlvrError(f"--params is not valid JSON: {err}") from err
+        console.print(f"scoring {completions} with {', '.join(reward or [task])}")
+        summary = score_file(completions, task, reward, parsed, workers=workers, timeout_s=timeout)
     if as_json:
         print(json.dumps(summary, indent=2))
     else:

@@ -134,31 +134,34 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = build_engine(cfg, model, tokenizer)
+    starting = f"evaluating {cfg.model.name} on {len(examples)} held-out problems"
     if any(e.metadata.get("env") or cfg.env.name for e in examples):  # episodes, as training evaluates
         from rlvr.collect import Collector
 
         collector = Collector(cfg, engine, tokenizer, examples, examples)
         try:
+            if console is not None:
+                console.print(starting, highlight=False)
             return collector.evaluate("eval", console, quiet)[0]
         finally:
             collector.close()
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
-    with (
-        eval_pool(cfg.rewards) as pool,
-        eval_progress(console, disable=quiet) as progress,
-    ):
-        task = progress.add_task("eval", total=len(examples))
-        return evaluate(
-            engine,
-            prompts,
-            examples,
-            lambda completions, exs, sizes: score_completions(pool, completions, exs, sizes),
-            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-            cfg.eval.samples,
-            cfg.eval.pass_k,
-            cfg.eval.temperature,
-            chunk=cfg.rollout.max_batch_sequences,
-            on_progress=lambda n: progress.advance(task, n),
-            group_by=cfg.eval.group_by,
-            self_certainty=wants_self_certainty(pool),
-        )
+    with eval_pool(cfg.rewards) as pool:
+        if console is not None:  # the model is loaded and the reward workers are up
+            console.print(starting, highlight=False)
+        with eval_progress(console, disable=quiet) as progress:
+            task = progress.add_task("eval", total=len(examples))
+            return evaluate(
+                engine,
+                prompts,
+                examples,
+                lambda completions, exs, sizes: score_completions(pool, completions, exs, sizes),
+                cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+                cfg.eval.samples,
+                cfg.eval.pass_k,
+                cfg.eval.temperature,
+                chunk=cfg.rollout.max_batch_sequences,
+                on_progress=lambda n: progress.advance(task, n),
+                group_by=cfg.eval.group_by,
+                self_certainty=wants_self_certainty(pool),
+            )

@@ -239,8 +239,7 @@ def reward_cmd(
         from rlvr import api
 
         cfg = api.load_config(config, overrides or [])
-        console.print(f"scoring {completions} as training with {config or 'the default config'} does")
-        summary = score_with_config(completions, cfg, out=out)
+        summary = score_with_config(completions, cfg, out=out, console=console)
     else:
         if not task:
             raise RlvrError("rlvr reward needs --task NAME (a reward or reasoning-gym task) or --config FILE")
@@ -250,8 +249,9 @@ def reward_cmd(
             parsed = json.loads(params) if params else None
         except json.JSONDecodeError as err:
             raise RlvrError(f"--params is not valid JSON: {err}") from err
-        console.print(f"scoring {completions} with {', '.join(reward or [task])}")
-        summary = score_file(completions, task, reward, parsed, workers=workers, timeout_s=timeout)
+        summary = score_file(
+            completions, task, reward, parsed, workers=workers, timeout_s=timeout, console=console
+        )
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
@@ -284,7 +284,13 @@ def main() -> None:
     config errors, 74 when a checkpoint or log cannot be written: a full disk, an I/O error; 130
     when interrupted), a traceback only with ``--debug``."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        # typer >= 0.20 turns Ctrl-C into Exit(130) and, outside standalone mode, *returns* that code:
+        # without this an interrupted eval, reward or start-up exited 0, as if it had finished
+        if isinstance(code, int) and not isinstance(code, bool) and code:
+            if code == 130:
+                console.print("interrupted")
+            sys.exit(code)
     except Stopped as err:  # Ctrl-C or SIGTERM: where the run stopped, not an error
         console.print(str(err), highlight=False)
         sys.exit(err.exit_code)

@@ -61,5 +61,7 @@ def _import_main(spec: str) -> None:
 _main_spec = os.environ.pop(MAIN_ENV, None)  # set only while rlvr's pool starts this forkserver
 if _main_spec is not None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # the parent started us with SIGINT blocked: now ignored
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if _main_spec:
         _import_main(_main_spec)

@@ -49,6 +49,7 @@ def score_file(
     workers: int = 0,
     timeout_s: float = 10.0,
     show: int = 3,
+    console: Any = None,
 ) -> dict[str, Any]:
     """Score every row of ``completions`` and summarise.
 
@@ -75,13 +76,14 @@ def score_file(
     sizes = _group_sizes([row.get("group", row.get("question")) for _, row in rows])
     start = time.perf_counter()
     with RewardPool(specs, workers=workers, timeout_s=timeout_s) as pool:
+        _starting(console, len(rows), path, pool)
         kwargs: dict[str, Any] = {"group_sizes": sizes} if any(s.group for s in specs) else {}
         results = pool.score(texts, examples, **kwargs)
     return summarize(results, texts, examples, time.perf_counter() - start, show)
 
 
 def score_with_config(
-    completions: str | Path, cfg: RunConfig, out: str | Path | None = None, show: int = 3
+    completions: str | Path, cfg: RunConfig, out: str | Path | None = None, show: int = 3, console: Any = None
 ) -> dict[str, Any]:
     """Score every row of ``completions`` as a training step of ``cfg`` scores its completions (see
     the module docstring); ``out`` gets one JSON line per row (total, components, errors). Returns
@@ -106,6 +108,7 @@ def score_with_config(
     sizes = _group_sizes([row.get("group", row.get("question", row.get("prompt"))) for _, row in rows])
     start = time.perf_counter()
     with training_pool(cfg.rewards) as pool:
+        _starting(console, len(rows), path, pool)
         results = pool.score(
             texts,
             examples,
@@ -127,6 +130,13 @@ def score_with_config(
     if out_path is not None:
         summary["out"] = str(out_path)
     return summary
+
+
+def _starting(console: Any, rows: int, path: Path, pool: RewardPool) -> None:
+    """Say that scoring starts, once the workers are up (a ``rich`` console, or None: silent)."""
+    if console is not None:
+        rewards = ", ".join(pool.labels)
+        console.print(f"scoring {rows} completions of {path} with {rewards} ({pool.num_workers} workers)")
 
 
 def _check_out(out: str | Path | None, source: Path) -> Path | None:

@@ -278,8 +278,16 @@ def mp_context(preload: list[str], names: list[str] | tuple[str, ...] = ()) -> A
     else:
         main = ""
     os.environ[MAIN_ENV] = main
+    # The server starts with SIGINT blocked and ignores it from its first import of ours on (a Ctrl-C
+    # while it starts would otherwise print its own KeyboardInterrupt traceback); ours stays pending
+    # until the server is up, then interrupts this process as usual.
+    blocked = hasattr(signal, "pthread_sigmask")
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()  # now, while the variable is set
     finally:
         os.environ.pop(MAIN_ENV, None)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return ctx

@@ -17,23 +17,63 @@ from rlvr.errors import RlvrError
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # rlvr never downloads at run time
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "train"]
+__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "resume_config", "train"]
+
+
+def resume_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, dict]:
+    """The config a ``--resume`` continues with: the run's saved ``config.yaml`` (the run named by
+    ``path`` and ``overrides``) with the given keys applied, and ``{key: (old, new)}`` of what they
+    changed. Keys that may not change mid-run raise :class:`RlvrError` naming them
+    (:mod:`rlvr.train.resume`)."""
+    from rlvr.train.resume import resume_config as _resume_config
+
+    return _resume_config(path, list(overrides))
 
 
 def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
-    """Run a training job; returns {"before": eval metrics, "after": eval metrics}."""
+    """Run a training job; returns {"before": eval metrics, "after": eval metrics}.
+
+    ``resume`` continues the run ``output_dir/name`` from its last checkpoint; ``cfg`` may differ
+    from the run's saved config only in settings that are safe to change mid-run. A finished run
+    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0.
+    """
     from rlvr.train.orchestrator import Orchestrator
 
-    run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
-    try:
-        return run.fit()
-    except KeyboardInterrupt:
-        from rlvr.errors import Stopped
+    console = console or Console(stderr=True)
+    if resume:
+        from rlvr.train.resume import clear_logs, nothing_to_do, resume_state
 
-        last = run.last_checkpoint or "none yet"
-        raise Stopped(f"interrupted at step {run.step} (last checkpoint: {last})", exit_code=130) from None
-    finally:
-        run.close()
+        state = resume_state(cfg)
+        done = nothing_to_do(state, cfg)
+        if done:
+            console.print(done, highlight=False)
+            return {}
+        if not state.has_checkpoint:
+            console.print(
+                f"--resume: {state.run} has no checkpoint: starting fresh from step 0 with its "
+                "config.yaml (its old logs are cleared)",
+                highlight=False,
+            )
+            clear_logs(state.run)
+    from rlvr.train.run_dir import removed_unless_trained
+
+    run: Orchestrator | None = None
+    # a new run that fails before its first step leaves no run directory (rlvr.train.run_dir)
+    with removed_unless_trained(cfg, resume, lambda: run is not None and run.step > 0):
+        run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
+        try:
+            return run.fit()
+        except KeyboardInterrupt:
+            from rlvr.errors import Stopped
+
+            if run.step == 0 and not resume:
+                message = "interrupted before the first training step; nothing of the run was kept"
+            else:
+                last = run.last_checkpoint or "none yet"
+                message = f"interrupted at step {run.step} (last checkpoint: {last})"
+            raise Stopped(message, exit_code=130) from None
+        finally:
+            run.close()
 
 
 def collect(
@@ -94,31 +134,34 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = build_engine(cfg, model, tokenizer)
+    starting = f"evaluating {cfg.model.name} on {len(examples)} held-out problems"
     if any(e.metadata.get("env") or cfg.env.name for e in examples):  # episodes, as training evaluates
         from rlvr.collect import Collector
 
         collector = Collector(cfg, engine, tokenizer, examples, examples)
         try:
+            if console is not None:
+                console.print(starting, highlight=False)
             return collector.evaluate("eval", console, quiet)[0]
         finally:
             collector.close()
     prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
-    with (
-        eval_pool(cfg.rewards) as pool,
-        eval_progress(console, disable=quiet) as progress,
-    ):
-        task = progress.add_task("eval", total=len(examples))
-        return evaluate(
-            engine,
-            prompts,
-            examples,
-            lambda completions, exs, sizes: score_completions(pool, completions, exs, sizes),
-            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
-            cfg.eval.samples,
-            cfg.eval.pass_k,
-            cfg.eval.temperature,
-            chunk=cfg.rollout.max_batch_sequences,
-            on_progress=lambda n: progress.advance(task, n),
-            group_by=cfg.eval.group_by,
-            self_certainty=wants_self_certainty(pool),
-        )
+    with eval_pool(cfg.rewards) as pool:
+        if console is not None:  # the model is loaded and the reward workers are up
+            console.print(starting, highlight=False)
+        with eval_progress(console, disable=quiet) as progress:
+            task = progress.add_task("eval", total=len(examples))
+            return evaluate(
+                engine,
+                prompts,
+                examples,
+                lambda completions, exs, sizes: score_completions(pool, completions, exs, sizes),
+                cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+                cfg.eval.samples,
+                cfg.eval.pass_k,
+                cfg.eval.temperature,
+                chunk=cfg.rollout.max_batch_sequences,
+                on_progress=lambda n: progress.advance(task, n),
+                group_by=cfg.eval.group_by,
+                self_certainty=wants_self_certainty(pool),
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from typing import Annotated
@@ -41,7 +42,12 @@ def train(
         list[str] | None, typer.Argument(help="key=value overrides, e.g. optim.lr=1e-5")
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run from its last checkpoint.")
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the run from its last checkpoint, with its saved config.yaml; only steps, "
+            "time limits, logging, checkpoint and eval settings may be changed.",
+        ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
@@ -49,7 +55,14 @@ def train(
     from rlvr import api
 
     path, items = _split_args(config, overrides)
-    cfg = api.load_config(path, items)
+    if resume:  # the run's saved config; only settings safe to change mid-run may be given
+        cfg, changes = api.resume_config(path, items)
+        if changes:
+            from rlvr.train.resume import describe
+
+            console.print(f"--resume: applied {describe(changes)}", highlight=False)
+    else:
+        cfg = api.load_config(path, items)
     results = api.train(cfg, resume=resume, console=console, quiet=quiet)
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
@@ -189,10 +202,20 @@ def config_show(
 
 @app.command("reward")
 def reward_cmd(
-    task: Annotated[
-        str, typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task.")
-    ],
     completions: Annotated[str, typer.Option("--completions", help="JSONL file, one completion per row.")],
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task."),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help="Score as training with this config or recipe does: all its rewards, weights, pool "
+            "and timeouts (key=value overrides apply to it; --workers/--timeout do not).",
+        ),
+    ] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides of --config")] = None,
     reward: Annotated[
         list[str] | None, typer.Option("--reward", help="Reward to apply (repeatable); default from --task.")
     ] = None,
@@ -202,16 +225,33 @@ def reward_cmd(
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Reward worker processes (0: one per CPU).")] = 0,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per reward call.")] = 10.0,
+    out: Annotated[
+        str | None, typer.Option("--out", help="With --config: write each row's total, components, errors.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Score a file of completions offline: mean reward, per-component means, errors, examples."""
-    from rlvr.rewards.offline import print_summary, score_file
+    from rlvr.rewards.offline import print_summary, score_file, score_with_config
 
-    try:
-        parsed = json.loads(params) if params else None
-    except json.JSONDecodeError as err:
-        raise RlvrError(f"--params is not valid JSON: {err}") from err
-    summary = score_file(completions, task, reward, parsed, workers=workers, timeout_s=timeout)
+    if config is not None or overrides:
+        if task or reward or params:
+            raise RlvrError("rlvr reward: give --config or --task/--reward/--params, not both")
+        from rlvr import api
+
+        cfg = api.load_config(config, overrides or [])
+        summary = score_with_config(completions, cfg, out=out, console=console)
+    else:
+        if not task:
+            raise RlvrError("rlvr reward needs --task NAME (a reward or reasoning-gym task) or --config FILE")
+        if out:
+            raise RlvrError("--out needs --config")
+        try:
+            parsed = json.loads(params) if params else None
+        except json.JSONDecodeError as err:
+            raise RlvrError(f"--params is not valid JSON: {err}") from err
+        summary = score_file(
+            completions, task, reward, parsed, workers=workers, timeout_s=timeout, console=console
+        )
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
@@ -236,11 +276,21 @@ def _cli_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, .
     return tuple(usage), tuple(other), tuple(exits)
 
 
+_IO_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
 def main() -> None:
     """The ``rlvr`` entry point: one message and a non-zero exit for every mistake (2 for usage and
-    config errors, 130 when interrupted), a traceback only with ``--debug``."""
+    config errors, 74 when a checkpoint or log cannot be written: a full disk, an I/O error; 130
+    when interrupted), a traceback only with ``--debug``."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        # typer >= 0.20 turns Ctrl-C into Exit(130) and, outside standalone mode, *returns* that code:
+        # without this an interrupted eval, reward or start-up exited 0, as if it had finished
+        if isinstance(code, int) and not isinstance(code, bool) and code:
+            if code == 130:
+                console.print("interrupted")
+            sys.exit(code)
     except Stopped as err:  # Ctrl-C or SIGTERM: where the run stopped, not an error
         console.print(str(err), highlight=False)
         sys.exit(err.exit_code)
@@ -252,6 +302,12 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         console.print("interrupted")
         sys.exit(130)
+    except OSError as err:  # a full disk or an I/O error outside a checkpoint (logs, output files)
+        if _state["debug"] or err.errno not in _IO_ERRNOS:
+            raise
+        where = f": {err.filename}" if err.filename else ""
+        console.print(f"[bold red]error:[/bold red] {err.strerror}{where}", highlight=False)
+        sys.exit(74)
     except Exception as err:
         usage, other, exits = _cli_exceptions()
         if isinstance(err, usage):  # unknown command or option, missing or malformed parameter

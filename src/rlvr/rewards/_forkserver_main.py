@@ -8,19 +8,42 @@ per worker start, and again after every timeout. The parent passes the main modu
 environment variable while it starts the server; importing it here lets workers fork warm.
 
 Failures are swallowed: a worker then imports the main module itself and reports what goes wrong.
+
+When no reward lives in the main module (``skip-path:``/``skip-name:``), the server's ``__main__``
+is only *marked* as that module (its file or spec name), which is what CPython checks before
+importing it in a child: workers then never run the caller's script, so a script without an
+``if __name__ == "__main__":`` guard can train (:mod:`rlvr.rewards.main_module`).
+
+The server and its workers ignore SIGINT from here on: Ctrl-C goes to the whole foreground
+process group, and the trainer, not its reward processes, decides what an interrupt does (a
+server still importing reward modules printed a KeyboardInterrupt traceback of its own).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import signal
 import sys
 from multiprocessing import process, spawn
 
 MAIN_ENV = "RLVR_FORKSERVER_MAIN"
 
 
+def _mark_main(kind: str, target: str) -> None:
+    """Make the server's ``__main__`` look like the caller's main module without running it."""
+    main = sys.modules["__main__"]
+    if kind == "skip-path":
+        main.__file__ = target
+    elif kind == "skip-name":
+        main.__spec__ = importlib.machinery.ModuleSpec(target, None)
+
+
 def _import_main(spec: str) -> None:
     kind, _, target = spec.partition(":")
+    if kind.startswith("skip-"):
+        _mark_main(kind, target)
+        return
     process.current_process()._inheriting = True  # as the forkserver does around its own preload
     try:
         if kind == "path" and getattr(sys.modules.get("__main__"), "__file__", None) != target:
@@ -35,5 +58,10 @@ def _import_main(spec: str) -> None:
         del process.current_process()._inheriting
 
 
-if os.environ.get(MAIN_ENV):
-    _import_main(os.environ[MAIN_ENV])
+_main_spec = os.environ.pop(MAIN_ENV, None)  # set only while rlvr's pool starts this forkserver
+if _main_spec is not None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # the parent started us with SIGINT blocked: now ignored
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if _main_spec:
+        _import_main(_main_spec)

@@ -10,6 +10,14 @@ Each JSONL row is one completion with what its verifier needs::
 a row either holds the full entry in ``rg_entry`` or just ``question`` and ``answer`` (enough for
 tasks whose scorer compares answers). Group rewards see consecutive rows with the same ``group``
 (default: the same question) as one group.
+
+With a run config (:func:`score_with_config`, ``rlvr reward --config``) the rows are scored exactly as
+training scores its completions: the config's reward components with their weights, labels, gates
+and params, in a pool with the config's workers and timeouts (the trainer's own
+:func:`~rlvr.rewards.scoring.training_pool`), each row's ``tokens`` and ``finish_reason`` passed as
+the sampled-token count and finish reason (a run's ``samples.jsonl`` has them), and the same
+start-up check of the data. For a reasoning-gym config the rows' ``question`` and ``answer`` stand
+for the task's entry when they have no ``rg_entry``.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
@@ -26,6 +34,9 @@ from rlvr.rewards.pool import RewardPool
 from rlvr.rewards.registry import list_rewards
 from rlvr.rewards.results import RewardResult
 from rlvr.rewards.spec import RewardSpec
+
+if TYPE_CHECKING:
+    from rlvr.config import RunConfig
 
 _RESERVED = {"completion", "answer", "reference", "question", "prompt", "id", "verifier", "group"}
 
@@ -38,6 +49,7 @@ def score_file(
     workers: int = 0,
     timeout_s: float = 10.0,
     show: int = 3,
+    console: Any = None,
 ) -> dict[str, Any]:
     """Score every row of ``completions`` and summarise.
 
@@ -64,9 +76,90 @@ def score_file(
     sizes = _group_sizes([row.get("group", row.get("question")) for _, row in rows])
     start = time.perf_counter()
     with RewardPool(specs, workers=workers, timeout_s=timeout_s) as pool:
+        _starting(console, len(rows), path, pool)
         kwargs: dict[str, Any] = {"group_sizes": sizes} if any(s.group for s in specs) else {}
         results = pool.score(texts, examples, **kwargs)
     return summarize(results, texts, examples, time.perf_counter() - start, show)
+
+
+def score_with_config(
+    completions: str | Path, cfg: RunConfig, out: str | Path | None = None, show: int = 3, console: Any = None
+) -> dict[str, Any]:
+    """Score every row of ``completions`` as a training step of ``cfg`` scores its completions (see
+    the module docstring); ``out`` gets one JSON line per row (total, components, errors). Returns
+    :func:`summarize`'s summary with the components' ``weights`` and the config's ``rewards``."""
+    from rlvr.rewards.scoring import check_reward_examples, training_pool
+
+    if not cfg.rewards.functions:
+        raise RlvrError(
+            "the config has no rewards.functions: its episodes are scored by the environment "
+            f"({cfg.env.name or cfg.data.task}), which rlvr reward cannot replay"
+        )
+    path = Path(completions)
+    out_path = _check_out(out, path)
+    rg_task = cfg.data.task if cfg.data.source == "reasoning_gym" else None
+    source = cfg.data.task or cfg.data.path or cfg.data.source
+    rows = _read_rows(path)
+    examples = [_example(path, line, row, source, rg_task) for line, row in rows]
+    check_reward_examples(cfg.rewards, examples)
+    texts = [row["completion"] for _, row in rows]
+    tokens = [_extra(path, line, row, "tokens", int) for line, row in rows]
+    finish = [_extra(path, line, row, "finish_reason", str) for line, row in rows]
+    sizes = _group_sizes([row.get("group", row.get("question", row.get("prompt"))) for _, row in rows])
+    start = time.perf_counter()
+    with training_pool(cfg.rewards) as pool:
+        _starting(console, len(rows), path, pool)
+        results = pool.score(
+            texts,
+            examples,
+            tokens if None not in tokens else None,
+            finish if None not in finish else None,
+            group_sizes=sizes,
+        )
+    if out_path is not None:
+        with out_path.open("w", encoding="utf-8") as handle:
+            for (line, _), example, result in zip(rows, examples, results):
+                record = {"line": line, "id": example.id, "total": result.total}
+                handle.write(json.dumps({**record, "components": result.components, "errors": result.errors}))
+                handle.write("\n")
+    summary = summarize(results, texts, examples, time.perf_counter() - start, show)
+    summary["weights"] = {item.label or item.name: item.weight for item in cfg.rewards.functions}
+    from rlvr.train.header import describe_rewards
+
+    summary["rewards"] = describe_rewards(cfg.rewards.functions, cfg)
+    if out_path is not None:
+        summary["out"] = str(out_path)
+    return summary
+
+
+def _starting(console: Any, rows: int, path: Path, pool: RewardPool) -> None:
+    """Say that scoring starts, once the workers are up (a ``rich`` console, or None: silent)."""
+    if console is not None:
+        rewards = ", ".join(pool.labels)
+        console.print(f"scoring {rows} completions of {path} with {rewards} ({pool.num_workers} workers)")
+
+
+def _check_out(out: str | Path | None, source: Path) -> Path | None:
+    if out is None:
+        return None
+    out_path = Path(out)
+    if out_path.exists():
+        raise RlvrError(f"--out {out_path} already exists; give a new file name")
+    if out_path.resolve() == source.resolve():
+        raise RlvrError("--out must not be the completions file itself")
+    if not out_path.parent.is_dir():
+        raise RlvrError(f"--out {out_path}: directory {out_path.parent} does not exist")
+    return out_path
+
+
+def _extra(path: Path, line: int, row: dict[str, Any], key: str, kind: type) -> Any:
+    """A row's optional ``tokens`` / ``finish_reason``, checked."""
+    value = row.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise RlvrError(f"{path.name} line {line}: '{key}' must be {kind.__name__}, got {value!r}")
+    return value
 
 
 def summarize(
@@ -112,16 +205,24 @@ def print_summary(summary: dict[str, Any], console: Any) -> None:
         f"{'n/a' if mean is None else f'{mean:.4f}'} over rows without errors "
         f"({summary['error_rows']} rows with errors)"
     )
+    weights = summary.get("weights")
+    if summary.get("rewards"):
+        console.print(f"reward = {summary['rewards']}", highlight=False)
     table = Table(title="components")
     table.add_column("reward")
+    if weights:
+        table.add_column("weight", justify="right")
     table.add_column("mean", justify="right")
     table.add_column("errors")
     labels = sorted(set(summary["components"]) | set(summary["errors"]))
     for label in labels:
         value = summary["components"].get(label)
         errors = ", ".join(f"{kind}: {n}" for kind, n in summary["errors"].get(label, {}).items())
-        table.add_row(label, "-" if value is None else f"{value:.4f}", errors or "-")
+        weight = [f"{weights[label]:g}" if label in weights else "-"] if weights else []
+        table.add_row(label, *weight, "-" if value is None else f"{value:.4f}", errors or "-")
     console.print(table)
+    if summary.get("out"):
+        console.print(f"per-row scores (total, components, errors) → {summary['out']}", highlight=False)
     for row in summary["examples"]:
         console.print(
             f"[bold]{row['id']}[/bold] total={row['total']} {row['components']} {row['errors'] or ''}"
@@ -180,7 +281,9 @@ def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _example(path: Path, line: int, row: dict[str, Any], task: str) -> Example:
+def _example(path: Path, line: int, row: dict[str, Any], task: str, rg_task: str | None = "") -> Example:
+    """The example a row is scored against; ``rg_task`` (default: ``task`` unless it is a reward
+    name) is the reasoning-gym task whose entry ``question`` and ``answer`` stand for."""
     where = f"{path.name} line {line}"
     reference = row.get("answer", row.get("reference"))
     if reference is not None and not isinstance(reference, str):
@@ -191,11 +294,13 @@ def _example(path: Path, line: int, row: dict[str, Any], task: str) -> Example:
     metadata = {k: v for k, v in row.items() if k not in _RESERVED}
     if "rg_entry" in metadata and not isinstance(metadata["rg_entry"], dict):
         raise RlvrError(f"{where}: 'rg_entry' must be a reasoning-gym entry object")
-    if "rg_entry" not in metadata and task not in list_rewards() and reference is not None:
+    if rg_task == "":
+        rg_task = None if task in list_rewards() else task
+    if "rg_entry" not in metadata and rg_task and reference is not None:
         metadata["rg_entry"] = {
             "question": question,
             "answer": reference,
-            "metadata": {"source_dataset": task},
+            "metadata": {"source_dataset": rg_task},
         }
     verifier = row.get("verifier")
     return Example(

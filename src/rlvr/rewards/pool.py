@@ -55,9 +55,10 @@ class RewardPool:
     live until :meth:`close` (or the end of a ``with`` block), so their start-up cost is paid once.
 
     Rewards must be importable by the workers: registered at the top level of a module or of the
-    main script (not in a notebook cell or a function body), or named by an import path. A script
-    that creates a pool needs the usual ``if __name__ == "__main__":`` guard, because the worker
-    side imports the main module (once, in the forkserver) to find the rewards registered there.
+    main script (not in a notebook cell or a function body), or named by an import path. Workers
+    import the main script (once, in the forkserver) only when it defines a registered reward; such
+    a script must then create pools under ``if __name__ == "__main__":`` (it is refused otherwise,
+    :mod:`rlvr.rewards.main_module`). A script using built-in or importable rewards needs no guard.
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class RewardPool:
         self.num_workers = workers or _available_cpus()
         self._call_specs = [s.call_spec() for s in self.specs]
         self._preload = list(dict.fromkeys(m for s in self.specs for m in s.preload))
-        self._ctx = mp_context(self._preload)
+        self._ctx = mp_context(self._preload, [s.name for s in self.specs])
         self.stats: dict[str, dict[str, int]] = {label: dict.fromkeys(_STAT_KEYS, 0) for label in labels}
         self._step_stats: dict[str, dict[str, int]] = {
             label: dict.fromkeys(_STAT_KEYS, 0) for label in labels

@@ -172,6 +172,9 @@ def _isolate() -> None:
         os.setpgrp()
     except OSError:
         pass
+    else:  # out of the terminal's foreground group: Ctrl-C no longer reaches it; the forkserver
+        # ignored SIGINT (rlvr.rewards._forkserver_main), give the reward's own children the default
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         from multiprocessing import forkserver
 
@@ -234,13 +237,19 @@ class WorkerHandle:
         return f"worker process exited with code {code}"
 
 
-def mp_context(preload: list[str]) -> Any:
+def mp_context(preload: list[str], names: list[str] | tuple[str, ...] = ()) -> Any:
     """A running forkserver context that preloads the reward modules; spawn without forkserver.
 
     The forkserver starts once per process with the preload list of that moment, so it gets the
     heavy modules of *every* registered reward, not only this pool's: later pools fork warm too.
-    It also imports the main module once (see :mod:`rlvr.rewards._forkserver_main`).
+    It imports the main module once (see :mod:`rlvr.rewards._forkserver_main`) when a registered
+    reward (or one of ``names``, this pool's rewards) was defined there, and otherwise marks it as
+    imported so that workers never run the caller's script (:mod:`rlvr.rewards.main_module`).
     """
+    from rlvr.rewards.main_module import check_main_guard, main_rewards
+
+    in_main = main_rewards(names)
+    check_main_guard(in_main)
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     from multiprocessing import forkserver, spawn
@@ -254,17 +263,31 @@ def mp_context(preload: list[str]) -> Any:
         *preload,
     ]
     ctx = mp.get_context("forkserver")
-    # Keep whatever the application asked for (the default is ["__main__"]).
+    # Keep whatever the application asked for (the default is ["__main__"]), except that the main
+    # module is left out when no reward lives there (CPython versions whose server honours it).
     current = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    if not in_main:
+        current = [m for m in current if m != "__main__"]
     ctx.set_forkserver_preload(list(dict.fromkeys([*current, *modules])))
     data = spawn.get_preparation_data("rlvr-reward")
+    mode = "path" if in_main else "skip-path"
     if "init_main_from_path" in data:
-        main = f"path:{data['init_main_from_path']}"
+        main = f"{mode}:{data['init_main_from_path']}"
+    elif "init_main_from_name" in data:
+        main = f"{mode.replace('path', 'name')}:{data['init_main_from_name']}"
     else:
-        main = f"name:{data['init_main_from_name']}" if "init_main_from_name" in data else ""
+        main = ""
     os.environ[MAIN_ENV] = main
+    # The server starts with SIGINT blocked and ignores it from its first import of ours on (a Ctrl-C
+    # while it starts would otherwise print its own KeyboardInterrupt traceback); ours stays pending
+    # until the server is up, then interrupts this process as usual.
+    blocked = hasattr(signal, "pthread_sigmask")
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()  # now, while the variable is set
     finally:
         os.environ.pop(MAIN_ENV, None)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return ctx

@@ -6,10 +6,17 @@ every RNG) and ``state.json`` (step, data position). It is built in a temporary 
 and renamed into place, so a crash never leaves a half-written checkpoint that resume would pick.
 A model-only checkpoint (``train.final_checkpoint=model``) has no ``trainer_state.pt``; resume
 skips it.
+
+A checkpoint that cannot be written (too little free space, measured before writing against an
+estimate of its size; or any error while writing: a full disk, an I/O error) raises
+:class:`CheckpointError` (exit code 74, sysexits' EX_IOERR) naming the path and the space it
+needs. The temporary directory is removed and the previous checkpoint is left as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
@@ -24,6 +31,71 @@ from rlvr.errors import RlvrError
 from rlvr.models.lora import has_adapters, save_lora
 
 PREFIX = "step-"
+OVERHEAD_BYTES = 16 * 2**20  # tokenizer files, configs, state.json: a few MB for the models here
+
+
+class CheckpointError(RlvrError):
+    """A checkpoint could not be written (disk full, I/O error); the previous one is intact."""
+
+    exit_code = 74  # EX_IOERR (sysexits.h): an input/output error, not a mistake in the config
+
+
+def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes of every tensor in a nested structure of dicts, lists and tuples, each storage once
+    (tied weights are written once)."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or obj.device.type == "meta":
+            return 0
+        seen.add(key)
+        return storage.nbytes()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v, seen) for v in obj)
+    return 0
+
+
+def estimate_checkpoint_bytes(model: torch.nn.Module, trainer_state: dict[str, Any] | None) -> int:
+    """An upper estimate of a checkpoint's size: the model's tensors (twice with LoRA: the adapter
+    and the merged model), the trainer state's tensors (AdamW: twice the trained parameters), and
+    the small files, plus 5%."""
+    weights = tensor_bytes(model.state_dict())
+    if has_adapters(model):
+        weights *= 2
+    state = tensor_bytes(trainer_state) if trainer_state is not None else 0
+    return int((weights + state) * 1.05) + OVERHEAD_BYTES
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"
+
+
+def _failure(final: Path, root: Path, needed: int, why: str) -> CheckpointError:
+    previous = latest_checkpoint(root)
+    kept = (
+        f"the previous checkpoint {previous} is intact (--resume continues from it)"
+        if previous is not None
+        else "there is no earlier checkpoint to resume from"
+    )
+    return CheckpointError(
+        f"cannot write checkpoint {final}: {why}; it needs about {gib(needed)}. Nothing of it was kept and "
+        f"{kept}. Free space on that disk (or set output_dir elsewhere), keep fewer checkpoints "
+        "(train.keep_checkpoints), or save the model alone at the end (train.final_checkpoint=model)"
+    )
+
+
+def check_free_space(root: Path, final: Path, needed: int) -> None:
+    """Refuse to start a checkpoint that the disk holding ``root`` has no room for."""
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise _failure(final, root, needed, f"{root} has {gib(free)} free")
+
+
+def write_trainer_state(trainer_state: dict[str, Any], path: Path) -> None:
+    torch.save(trainer_state, path)
 
 
 def rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
@@ -54,23 +126,43 @@ def save_checkpoint(
 ) -> Path:
     """Write ``root/step-NNNNNN`` atomically; ``trainer_state=None`` writes the model and tokenizer
     only (not resumable). Keeps the ``keep`` newest checkpoints."""
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise CheckpointError(f"cannot create the checkpoint directory {root}: {why}") from err
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{PREFIX}{step:06d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if has_adapters(model):  # the adapter (to resume) and the merged model (to load anywhere)
-        save_lora(model, tmp)
-    else:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / "trainer_state.pt")
-    meta = {**state, "step": step, "resumable": trainer_state is not None}
-    (tmp / "state.json").write_text(json.dumps(meta, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    needed = estimate_checkpoint_bytes(model, trainer_state)
+    check_free_space(root, final, needed)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        if has_adapters(model):  # the adapter (to resume) and the merged model (to load anywhere)
+            save_lora(model, tmp)
+        else:
+            model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        if trainer_state is not None:
+            write_trainer_state(trainer_state, tmp / "trainer_state.pt")
+        meta = {**state, "step": step, "resumable": trainer_state is not None}
+        (tmp / "state.json").write_text(json.dumps(meta, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException as err:  # a full disk, an I/O error, Ctrl-C: leave no half-written directory
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(err, Exception):
+            raise
+        # OSError from Python's writers; safetensors reports the OS error inside its own exception
+        if isinstance(err, OSError) and err.errno:
+            why = os.strerror(err.errno)
+        else:
+            why = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        if getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "os error 28" in str(err):
+            with contextlib.suppress(OSError):
+                why += f" ({gib(shutil.disk_usage(root).free)} free on {root})"
+        raise _failure(final, root, needed, f"writing it failed: {why}") from err
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -42,6 +42,7 @@ from rlvr.train.estimate import check_algorithm
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.skips import SkipMonitor, skip_metrics
 from rlvr.train.weight_sync import InProcessSync
 from rlvr.trajectory import group_records
 
@@ -137,15 +138,20 @@ class Orchestrator:
             "policy_version": self.learner.version,
         }
         began = time.perf_counter()
-        path = ckpt.save_checkpoint(
-            self.run_dir / "checkpoints",
-            self.step,
-            self.learner.weights(),
-            self.tokenizer,
-            trainer_state,
-            state,
-            self.cfg.train.keep_checkpoints,
-        )
+        try:
+            path = ckpt.save_checkpoint(
+                self.run_dir / "checkpoints",
+                self.step,
+                self.learner.weights(),
+                self.tokenizer,
+                trainer_state,
+                state,
+                self.cfg.train.keep_checkpoints,
+            )
+        except ckpt.CheckpointError as err:  # the step's metrics line says its checkpoint is missing
+            failed = {"step": self.step, "phase": "checkpoint_failed", "error": str(err)}
+            self.logs["metrics.jsonl"].write(failed)
+            raise
         self.save_s = time.perf_counter() - began
         self.saved_step, self.last_checkpoint = self.step, path
         return path
@@ -168,6 +174,7 @@ class Orchestrator:
             collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
             t_collect = time.perf_counter() - t0
             metrics = dict(collection.metrics)
+        metrics.update(skip_metrics(collection.seen, collection.kept))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
             self.sync.push(self.learner.weights(), self.learner.version)
@@ -237,12 +244,14 @@ class Orchestrator:
                     self.collector, cfg.train.max_staleness, self.learner.needs_greedy_baseline
                 )
                 self.pipeline_step = self.step
+            skips = SkipMonitor(self.console, cfg.train.steps - self.step)
             while self.step < cfg.train.steps:
                 if self.pipeline is not None and self.step > self.pipeline_step:
                     self.pipeline.trained()  # the last update is published, saved, evaluated: sample on
                 self.pipeline_step = self.step
                 metrics = self.train_step()
                 self.logs["metrics.jsonl"].write({"step": self.step, "phase": "train", **metrics})
+                skips.observe(self.step, metrics)  # says why a step made no update; warns early
                 progress.update(
                     task,
                     completed=self.step,

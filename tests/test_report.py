@@ -265,7 +265,9 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
         assert sorted(p["points"] for p in evals) == [2, 2]  # before and after, for each run
         groups = browser.evaluate(PATHS % "panel-eval-groups")
         assert len(groups) == 4  # two groups ('+', '-') for each of the two runs
-        legend = browser.evaluate("[...document.querySelectorAll('#panel-reward .legend-item')].map(e => e.textContent)")
+        legend = browser.evaluate(
+            "[...document.querySelectorAll('#panel-reward .legend-item')].map(e => e.textContent)"
+        )
         assert "plain · mean" in legend and "flaky · flaky" in legend, legend
         total = browser.evaluate("document.querySelectorAll('svg.chart path.series').length")
         assert total >= 20
@@ -274,14 +276,18 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
 
         # rollout browser: the plain run's samples, 20 a page, tokens coloured by advantage
         samples = loaded["plain"].samples
-        assert browser.evaluate("document.querySelectorAll('#samples .sample').length") == min(20, len(samples))
+        assert browser.evaluate("document.querySelectorAll('#samples .sample').length") == min(
+            20, len(samples)
+        )
         count = browser.evaluate("document.getElementById('f-count').textContent")
         assert count.endswith(f"of {len(samples)} (of {len(samples)})"), count
         tokens = browser.evaluate(
             "[...document.querySelectorAll('#samples .sample')].map(s => s.querySelectorAll('span.tok').length)"
         )
         assert tokens == [r["tokens"] for r in samples[:20]]
-        coloured = browser.evaluate("[...document.querySelectorAll('span.tok')].filter(t => t.style.background).length")
+        coloured = browser.evaluate(
+            "[...document.querySelectorAll('span.tok')].filter(t => t.style.background).length"
+        )
         assert coloured > 0
         first = browser.evaluate("document.querySelector('#samples .sample .completion').textContent")
         assert first == samples[0]["completion"]
@@ -298,7 +304,9 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
         assert len(styles) == sum(tokens) and all(styles), styles[:3]
         # filter by step
         choose("f-step", "2")
-        steps = browser.evaluate("[...document.querySelectorAll('#samples .sample .meta')].map(m => m.textContent)")
+        steps = browser.evaluate(
+            "[...document.querySelectorAll('#samples .sample .meta')].map(m => m.textContent)"
+        )
         assert steps and all(m.startswith("step 2") for m in steps)
         # the flaky run: only rows with reward errors
         choose("f-step", "all")
@@ -311,7 +319,9 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
         with_errors = [r for r in flaky if r["errors"]]
         shown = browser.evaluate("document.querySelectorAll('#samples .sample').length")
         assert shown == min(20, len(with_errors)) > 0
-        assert browser.evaluate("[...document.querySelectorAll('#samples .sample')].every(s => s.querySelector('.error-tag'))")
+        assert browser.evaluate(
+            "[...document.querySelectorAll('#samples .sample')].every(s => s.querySelector('.error-tag'))"
+        )
         # reward range: only rows whose reward is inside it
         browser.evaluate(
             "(() => { const e = document.getElementById('f-errors'); e.checked = false;"
@@ -338,7 +348,9 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
             " s.dispatchEvent(new MouseEvent('mousemove', {clientX: r.right - 20, clientY: r.top + 40})); })()"
         )
         tip = browser.evaluate("document.querySelector('#panel-reward .tooltip').textContent")
-        assert tip.startswith("step 2") and "plain · mean" in tip, tip
+        last = loaded["plain"].train_rows[-1]["reward/mean"]
+        shown = str(float(f"{last:.3g}")).removesuffix(".0")  # as the page formats it: 3 digits
+        assert tip.startswith("step 2") and f"plain · mean: {shown}" in tip, (tip, last)
 
         shot = browser.screenshot(tmp_path / "report.png")
         assert browser.errors == [], browser.errors
@@ -357,7 +369,9 @@ def test_a_script_error_is_caught(runs, tmp_path, monkeypatch) -> None:
 
     def broken(name: str) -> str:
         text = real(name)
-        return text.replace("function niceTicks(lo, hi, count) {", "function niceTicks(lo, hi, count) { lo.x.y;")
+        return text.replace(
+            "function niceTicks(lo, hi, count) {", "function niceTicks(lo, hi, count) { lo.x.y;"
+        )
 
     monkeypatch.setattr(page_module, "_asset", broken)
     out = write_report([runs["plain"]], tmp_path / "broken.html")
@@ -377,3 +391,42 @@ def test_run_names_are_told_apart(tmp_path) -> None:
     names = [r.name for r in load_runs([tmp_path / "a" / "same", tmp_path / "b" / "same"])]
     assert names == ["a/same", "b/same"]
     assert isinstance(load_runs([tmp_path / "a" / "same"])[0], Run)
+
+
+# ------------------------------------------------------------------------------- token text
+def _sentencepiece_like(vocab: list[bytes]):
+    """A decode that, like Llama's SentencePiece tokenizers, drops the space of a leading '▁'."""
+
+    def decode(ids: list[int]) -> str:
+        text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace").replace("▁", " ")
+        return text[1:] if text.startswith(" ") else text
+
+    return decode
+
+
+def test_token_text_keeps_spaces_and_whole_characters() -> None:
+    from rlvr.collect.records import token_text
+
+    emoji = "😀".encode()
+    vocab = ["▁Hello".encode(), "▁world".encode(), "▁".encode(), *[bytes([b]) for b in emoji], b"!"]
+    decode = _sentencepiece_like(vocab)
+    ids = list(range(len(vocab)))
+    pieces = token_text(ids, decode)
+    assert pieces == ["Hello", " world", " ", "", "", "", "😀", "!"]
+    assert "".join(pieces) == decode(ids)
+
+
+def test_token_text_with_the_bundled_tokenizer() -> None:
+    from rlvr.collect.records import token_text
+    from rlvr.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-random")  # SmolLM2's tokenizer
+    text = "Let's see: 15 - 43 = -28. Ünïcödé 😀 中文 <answer>-28</answer>\n"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(part: list[int]) -> str:
+        return tokenizer.decode(part, skip_special_tokens=False)
+
+    pieces = token_text(ids, decode)
+    assert len(pieces) == len(ids) and "".join(pieces) == decode(ids) == text
+    assert "\ufffd" not in "".join(pieces) and " 😀" in pieces

@@ -24,8 +24,10 @@ _STRING = (lambda v: v is None or isinstance(v, str), "a string")
 _MAPPING = (lambda v: v is None or isinstance(v, dict), "an object")
 _STRINGS = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
 _NUMBERS = (
-    lambda v: isinstance(v, list)
-    and all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v),
+    lambda v: (
+        isinstance(v, list)
+        and all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v)
+    ),
     "a list of numbers",
 )
 SAMPLE_KEYS = {

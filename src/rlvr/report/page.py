@@ -92,7 +92,14 @@ def run_data(run: Run) -> dict[str, Any]:
         "eval": series(run.eval_rows, numeric_keys(run.eval_rows)),
         "samples": [_compact(r) for r in samples],
         "evalSamples": [_compact(r) for r in eval_samples],
-        "notes": [n for n in (sample_note and f"samples.jsonl: {sample_note}", eval_note and f"eval_samples.jsonl: {eval_note}") if n],
+        "notes": [
+            n
+            for n in (
+                sample_note and f"samples.jsonl: {sample_note}",
+                eval_note and f"eval_samples.jsonl: {eval_note}",
+            )
+            if n
+        ],
     }
 
 

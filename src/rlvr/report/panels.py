@@ -87,7 +87,13 @@ def discover(runs: list[Run]) -> list[Panel]:
     reward += _take(t, used, lambda k: k.startswith("reward/") and k not in _NOT_COMPONENTS)
     reward += _take(t, used, lambda k: k == "reward/shaped_mean")
     add("reward", "Reward (total and per component)", "train", reward)
-    add("train-accuracy", "Accuracy of the sampled completions", "train", _take(t, used, "train/accuracy".__eq__), True)
+    add(
+        "train-accuracy",
+        "Accuracy of the sampled completions",
+        "train",
+        _take(t, used, "train/accuracy".__eq__),
+        True,
+    )
     e_used: set[str] = set()
     add("eval-accuracy", "Held-out accuracy", "eval", _take(eval_keys, e_used, "eval/accuracy".__eq__), True)
     add(

@@ -60,7 +60,9 @@ def eval_tables(run: Run) -> str:
     rows = [_row(k.removeprefix("eval/"), first.get(k), last.get(k), bool(_PERCENT.search(k))) for k in keys]
     html = [f'<table class="ba overall"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>']
     groups = [
-        k.removeprefix("eval/accuracy/") for k in dict.fromkeys([*first, *last]) if k.startswith("eval/accuracy/")
+        k.removeprefix("eval/accuracy/")
+        for k in dict.fromkeys([*first, *last])
+        if k.startswith("eval/accuracy/")
     ]
     if groups:
         group_head = head.replace("<th></th>", "<th>group</th><th>n</th>", 1)
@@ -68,7 +70,9 @@ def eval_tables(run: Run) -> str:
         for g in groups:
             n = last.get(f"eval/size/{g}", first.get(f"eval/size/{g}"))
             size = f"<td>{int(n)}</td>" if _is_number(n) else "<td>–</td>"
-            group_rows.append(_row(g, first.get(f"eval/accuracy/{g}"), last.get(f"eval/accuracy/{g}"), True, size))
+            group_rows.append(
+                _row(g, first.get(f"eval/accuracy/{g}"), last.get(f"eval/accuracy/{g}"), True, size)
+            )
         html.append(
             f'<table class="ba groups"><thead>{group_head}</thead><tbody>{"".join(group_rows)}</tbody></table>'
         )

@@ -105,7 +105,7 @@
         if (!ys || !ys.some(isNum)) return;
         const label = (RUNS.length > 1 ? run.name + " · " : "") + shortKey(key, panel.keys);
         out.push({
-          run: r, key, label, xs: cols.step, ys, phases: cols.phase,
+          run: r, key, label, xs: cols.step, ys, phases: panel.source === "eval" ? cols.phase : null,
           color: RUNS.length > 1 ? colorOf(r) : colorOf(k),
           dash: RUNS.length > 1 ? dashOf(k) : "",
         });

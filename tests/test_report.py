@@ -282,7 +282,8 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
         count = browser.evaluate("document.getElementById('f-count').textContent")
         assert count.endswith(f"of {len(samples)} (of {len(samples)})"), count
         tokens = browser.evaluate(
-            "[...document.querySelectorAll('#samples .sample')].map(s => s.querySelectorAll('span.tok').length)"
+            "[...document.querySelectorAll('#samples .sample')]"
+            ".map(s => s.querySelectorAll('span.tok').length)"
         )
         assert tokens == [r["tokens"] for r in samples[:20]]
         coloured = browser.evaluate(
@@ -344,8 +345,9 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
 
         # hover shows the values at the nearest step
         browser.evaluate(
-            "(() => { const s = document.querySelector('#panel-reward svg'); const r = s.getBoundingClientRect();"
-            " s.dispatchEvent(new MouseEvent('mousemove', {clientX: r.right - 20, clientY: r.top + 40})); })()"
+            "(() => { const s = document.querySelector('#panel-reward svg');"
+            " const r = s.getBoundingClientRect(); s.dispatchEvent("
+            " new MouseEvent('mousemove', {clientX: r.right - 20, clientY: r.top + 40})); })()"
         )
         tip = browser.evaluate("document.querySelector('#panel-reward .tooltip').textContent")
         last = loaded["plain"].train_rows[-1]["reward/mean"]

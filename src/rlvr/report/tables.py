@@ -73,9 +73,8 @@ def eval_tables(run: Run) -> str:
             group_rows.append(
                 _row(g, first.get(f"eval/accuracy/{g}"), last.get(f"eval/accuracy/{g}"), True, size)
             )
-        html.append(
-            f'<table class="ba groups"><thead>{group_head}</thead><tbody>{"".join(group_rows)}</tbody></table>'
-        )
+        body = "".join(group_rows)
+        html.append(f'<table class="ba groups"><thead>{group_head}</thead><tbody>{body}</tbody></table>')
     if len(evals) == 1:
         html.insert(0, '<p class="muted">Only one evaluation so far: both columns show it.</p>')
     return "\n".join(html)

@@ -37,6 +37,7 @@ class TensorBoardSink:
     the events after the checkpoint's step are purged, as metrics.jsonl's rows are."""
 
     def __init__(self, run_dir: Path, resume_step: int | None) -> None:
+        import tensorboard  # noqa: F401  (the `tensorboard` extra: torch's writer is built on it)
         from torch.utils.tensorboard import SummaryWriter
 
         purge = None if resume_step is None else resume_step + 1

@@ -185,13 +185,16 @@ class Chromium:
         return result["result"].get("value")
 
     def wait_for(self, expression: str) -> Any:
+        """Poll ``expression`` until it is truthy; an error in the page ends the wait at once."""
         deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.errors:
             value = self.evaluate(expression)
             if value:
                 return value
             time.sleep(0.05)
-        raise BrowserError(f"{expression!r} stayed false for {self.timeout_s:.0f} s; errors: {self.errors}")
+        if self.errors:
+            raise BrowserError(f"the page failed while waiting for {expression!r}: {self.errors}")
+        raise BrowserError(f"{expression!r} stayed false for {self.timeout_s:.0f} s")
 
     def screenshot(self, path: Path, full_page: bool = True, max_height: int = 8000) -> Path:
         """A PNG of the page (its whole height, up to ``max_height`` pixels, with ``full_page``)."""

@@ -68,7 +68,8 @@ def test_a_missing_package_is_a_config_error(monkeypatch, override, module, key)
     import rlvr.config.extras as extras
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(extras.importlib.util, "find_spec", lambda name: None if name == module else real(name))
+    absent = lambda name: None if name == module else real(name)  # noqa: E731
+    monkeypatch.setattr(extras.importlib.util, "find_spec", absent)
     with pytest.raises(RlvrError) as caught:
         load_config(None, [override])
     message = str(caught.value)

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import tempfile
+from collections import Counter
 from html import escape
 from importlib import resources
 from pathlib import Path
@@ -50,10 +51,15 @@ def thin(rows: list[dict[str, Any]], limit: int = MAX_SAMPLES) -> tuple[list[dic
     if len(rows) <= limit:
         return rows, ""
     steps = sorted({r.get("step") for r in rows}, key=lambda s: (s is None, s if s is not None else 0))
-    keep_every = -(-len(rows) // limit)  # ceil: keep one step in keep_every
-    kept_steps = set(steps[::keep_every]) | {steps[-1]}
-    kept = [r for r in rows if r.get("step") in kept_steps][:limit]
-    return kept, f"{len(kept)} of {len(rows)} rows shown (every {keep_every}th step)"
+    per_step = Counter(r.get("step") for r in rows)
+    keep_every = -(-len(rows) // limit)  # ceil: keep one step in keep_every, and the last one
+    while True:
+        kept_steps = set(steps[::keep_every]) | {steps[-1]}
+        if sum(per_step[s] for s in kept_steps) <= limit or keep_every >= len(steps):
+            break
+        keep_every += 1
+    kept = [r for r in rows if r.get("step") in kept_steps]
+    return kept, f"{len(kept)} of {len(rows)} rows shown (one step in {keep_every}, and the last)"
 
 
 def _compact(row: dict[str, Any]) -> dict[str, Any]:

@@ -63,8 +63,17 @@
     for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
     return ticks;
   }
+  function extent(values) { // a loop, not Math.min(...values): long runs exceed the argument limit
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    return [lo, hi];
+  }
   function domain(values, percent) {
-    let lo = Math.min(...values), hi = Math.max(...values);
+    let [lo, hi] = extent(values);
+    const [min, max] = [lo, hi];
     if (lo === hi) {
       const pad = percent ? 0.05 : Math.abs(lo) * 0.1 || 1;
       lo -= pad;
@@ -75,8 +84,8 @@
       hi += pad;
     }
     if (percent) {
-      lo = Math.max(lo, Math.min(...values, 0));
-      hi = Math.min(hi, Math.max(...values, 1));
+      lo = Math.max(lo, Math.min(min, 0));
+      hi = Math.min(hi, Math.max(max, 1));
     }
     return [lo, hi];
   }
@@ -132,7 +141,7 @@
     }
     const xsAll = [], ysAll = [];
     for (const s of series) s.xs.forEach((x, i) => { if (isNum(s.ys[i]) && isNum(x)) { xsAll.push(x); ysAll.push(s.ys[i]); } });
-    let [x0, x1] = [Math.min(...xsAll), Math.max(...xsAll)];
+    let [x0, x1] = extent(xsAll);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     const [y0, y1] = domain(ysAll, panel.percent);
     const sx = (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r);

@@ -5,7 +5,9 @@ descriptor 3 and writes responses and events to descriptor 4, each message JSON 
 byte. No port, no websocket, no third-party client. The page's uncaught exceptions, console errors
 and browser log errors are collected, as are requests for anything but file: and data: URLs.
 
-    python tests/chromium.py PAGE.html OUT.png [WIDTH HEIGHT]   # a screenshot of a page
+    python tests/chromium.py PAGE.html OUT.png [WIDTH HEIGHT [#FRAGMENT [JS]]]   # a screenshot of a page
+
+(``JS`` runs in the page before the screenshot, e.g. to set a filter.)
 """
 
 from __future__ import annotations
@@ -244,8 +246,11 @@ def main(argv: list[str]) -> int:
         print("chromium not found (apt-get install -y chromium)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as profile, Chromium(binary, Path(profile)) as browser:
-        browser.open(page.as_uri(), width=width, height=height or 900)
+        fragment = argv[4] if len(argv) >= 5 else ""  # e.g. #rollouts: the view starts there
+        browser.open(page.as_uri() + fragment, width=width, height=height or 900)
         browser.wait_for("document.body.dataset.ready === '1'")
+        if len(argv) >= 6:
+            browser.evaluate(argv[5])
         if height:
             browser.screenshot(out, full_page=False)
         else:

@@ -99,11 +99,11 @@
   }
 
   // ------------------------------------------------------------------ charts
-  function shortKey(key, keys) {
+  function shortKey(key, keys) { // without the longest "a/b/" prefix that all the panel's keys share
     if (keys.length < 2) return key;
-    const slash = key.indexOf("/");
-    const prefix = slash > 0 ? key.slice(0, slash + 1) : "";
-    return prefix && keys.every((k) => k.startsWith(prefix)) ? key.slice(prefix.length) : key;
+    let prefix = key.slice(0, key.lastIndexOf("/") + 1);
+    while (prefix && !keys.every((k) => k.startsWith(prefix))) prefix = prefix.slice(0, prefix.lastIndexOf("/", prefix.length - 2) + 1);
+    return key.slice(prefix.length) || key;
   }
   function panelSeries(panel) {
     const out = [];

@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) ; } \
 	  || echo "note: bubblewrap not installed (apt-get install -y bubblewrap); the code reward needs it"
+	@# rlvr report's page is tested in headless Chromium; without it that test is skipped.
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) ; } \
+	  || echo "note: chromium not installed (apt-get install -y chromium); the report's browser test is skipped"
 	touch $(STAMP)
 
 # Each demo gets its own run directory, so a second `make demo` in the same clone runs again

@@ -163,6 +163,21 @@ def eval_cmd(
 
 
 @app.command()
+def report(
+    runs: Annotated[list[str], typer.Argument(help="Run directories (runs/NAME); several overlay.")],
+    out: Annotated[
+        str | None,
+        typer.Option("--out", help="HTML file to write (default: RUN/report.html, report.html for several)."),
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page of runs: curves, before/after tables, a rollout browser."""
+    from rlvr.report import write_report
+
+    path = write_report(runs, out)
+    console.print(f"report: {path} ({path.stat().st_size / 1024:.0f} kB)", highlight=False)
+
+
+@app.command()
 def recipes() -> None:
     """List the method presets (recipes), one line each: run one with `rlvr train NAME`."""
     from rlvr.config.load import recipe_names, recipe_summary

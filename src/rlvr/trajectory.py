@@ -71,6 +71,9 @@ class Trajectory:
     errors: dict[str, str] = field(default_factory=dict)  # reward label -> why it has no value
     turn_rewards: list[float] = field(default_factory=list)
     advantage: float | None = None  # filled by the learner (mean over tokens for token-level ones)
+    # the learner's advantage of each response token (0 on context tokens), for samples.jsonl's
+    # token view; not part of the JSONL ledger
+    token_advantages: list[float] | None = None
 
     @classmethod
     def from_completion(

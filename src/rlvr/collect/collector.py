@@ -273,7 +273,8 @@ class Collector:
         def decode(ids: list[int]) -> str:
             return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-        return list(sample_records(groups, self.train_examples, step, limit, decode))
+        tokens, group_by = self.cfg.log.tokens, self.cfg.eval.group_by
+        return list(sample_records(groups, self.train_examples, step, limit, decode, tokens, group_by))
 
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(

@@ -390,6 +390,50 @@ class TrainConfig(Section):
     )
 
 
+class WandbConfig(Section):
+    project: str = Field(..., min_length=1, description="Weights & Biases project the run is logged to.")
+    mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline: write the wandb run directory under the run directory, no network (upload "
+        "later with `wandb sync`); online: stream to the wandb server.",
+    )
+    entity: str | None = Field(None, description="wandb entity (user or team); None: wandb's default.")
+
+
+class LogConfig(Section):
+    """Where metrics go besides metrics.jsonl, which is always written and stays the record."""
+
+    tokens: bool = Field(
+        True,
+        description="samples.jsonl rows also hold each response token's text and sampling logprob (and "
+        "its advantage where advantages differ by token): what `rlvr report` colours tokens by.",
+    )
+    tensorboard: bool = Field(
+        False, description="Also write every metric as a TensorBoard scalar under <run>/tensorboard/."
+    )
+    wandb: WandbConfig | None = Field(
+        None, description="Also log every metric to Weights & Biases, e.g. {project: rlvr, mode: offline}."
+    )
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_installed(cls, on: bool) -> bool:
+        from rlvr.config.extras import require
+
+        if on:
+            require("tensorboard")
+        return on
+
+    @field_validator("wandb")
+    @classmethod
+    def _wandb_installed(cls, value: WandbConfig | None) -> WandbConfig | None:
+        from rlvr.config.extras import require
+
+        if value is not None:
+            require("wandb")
+        return value
+
+
 class RunConfig(Section):
     name: str = Field(
         "grpo-chain-sum",
@@ -407,6 +451,7 @@ class RunConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
 
     @model_validator(mode="before")
     @classmethod

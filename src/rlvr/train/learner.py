@@ -195,11 +195,15 @@ class Learner:
     def _keep_advantages(groups: list[TrajectoryGroup], batch: TrainBatch) -> None:
         """Each trajectory's advantage for the logs (token-level ones: the mean over its trained tokens)."""
         advantages, mask = batch.advantages.cpu(), batch.completion_mask.cpu()
+        per_token = None
         if advantages.dim() == 2:
+            per_token = (advantages * mask).tolist()
             advantages = (advantages * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         flat = advantages.tolist()
-        for t, value in zip((t for g in groups for t in g.trajectories), flat, strict=True):
+        for row, (t, value) in enumerate(zip((t for g in groups for t in g.trajectories), flat, strict=True)):
             t.advantage = value
+            if per_token is not None:
+                t.token_advantages = per_token[row][: len(t.response_ids)]
 
     # ----------------------------------------------------------------------------- state
     def weights(self) -> torch.nn.Module:

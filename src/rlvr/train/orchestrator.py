@@ -28,7 +28,7 @@ from rlvr.config import RunConfig
 from rlvr.data.from_config import load_datasets
 from rlvr.errors import Stopped
 from rlvr.eval.groups import group_of
-from rlvr.log import JsonlWriter, training_progress, truncate_after_step
+from rlvr.log import JsonlWriter, note_issues, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.models.precision import precision_of
@@ -42,6 +42,7 @@ from rlvr.train.estimate import check_algorithm
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.sinks import with_sinks
 from rlvr.train.skips import SkipMonitor, skip_metrics
 from rlvr.train.weight_sync import InProcessSync
 from rlvr.trajectory import group_records
@@ -108,6 +109,9 @@ class Orchestrator:
             self._restore(start)
         logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
         self.logs = {name: JsonlWriter(self.run_dir / name) for name in logged}
+        # TensorBoard / wandb (log.*) receive metrics.jsonl's rows as they are written
+        resumed_at = self.step if start else None
+        self.logs["metrics.jsonl"] = with_sinks(self.logs["metrics.jsonl"], cfg, self.run_dir, resumed_at)
 
     # ----------------------------------------------------------------------------- state
     def _generators(self) -> dict[str, torch.Generator]:
@@ -259,6 +263,7 @@ class Orchestrator:
                     acc=metrics["train/accuracy"],
                     tps=metrics["throughput/tokens_per_s"],
                 )
+                note_issues(progress, task, metrics)  # reward errors and skipped groups, when any
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
                 if self._terminate:  # SIGTERM (a scheduler's stop): keep this step, then exit

@@ -20,6 +20,7 @@ from rlvr.train.logprobs import completion_logprobs
 
 if TYPE_CHECKING:
     from rlvr.train.critic import Critic
+    from rlvr.train.shard import Shard
 
 
 def _micro_slices(n: int, size: int) -> list[slice]:
@@ -64,6 +65,7 @@ def policy_update(
     kl_coef: float | None = None,
     loss_context: dict[str, Any] | None = None,
     loss_scale: float = 1.0,
+    shard: Shard | None = None,
 ) -> dict[str, float]:
     """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
 
@@ -72,7 +74,9 @@ def policy_update(
     the update's own context (e.g. an adaptive ``entropy_coef``). With a ``critic``, the batch
     carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
     aggregated with the policy loss's token weights, is added to the loss. ``loss_scale`` multiplies
-    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch).
+    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch). With a
+    ``shard`` (torchrun), ``model`` is the DDP/FSDP2 module and this rank trains on its groups of
+    each minibatch, weighted over the whole minibatch (:mod:`rlvr.train.shard`).
     """
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
@@ -96,11 +100,16 @@ def policy_update(
         for rows in minibatch_rows(batch, cfg.minibatches, generator):
             mini = batch.select(rows)
             weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens) * loss_scale
-            slices = _micro_slices(len(mini), cfg.micro_batch_size)
+            token_total = mini.completion_mask.sum().clamp(min=1)
+            slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
+            if shard is not None:  # this rank's groups, with the whole minibatch's weights
+                mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
             optimizer.zero_grad(set_to_none=True)
             if critic is not None:
                 critic.zero_grad()
-            for micro_rows in slices:
+            for i, micro_rows in enumerate(slices):
+                if shard is not None:
+                    shard.sync_on_backward(model, last=i == len(slices) - 1 and not padding)
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
                 logprobs, entropy, *hidden = completion_logprobs(
@@ -136,7 +145,7 @@ def policy_update(
                 loss.backward()
                 sums["loss"] += float(loss.detach())
                 # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
-                token_share = float(mask.sum() / mini.completion_mask.sum().clamp(min=1))
+                token_share = float(mask.sum() / token_total)
                 n_tok = mask.sum().clamp(min=1)
                 sums["entropy"] += float((entropy.detach() * mask).sum() / n_tok) * token_share
                 sums["sampler_logprob_diff"] += (
@@ -145,6 +154,9 @@ def policy_update(
                 )
                 for key, value in stats.items():
                     sums[key] += value * token_share
+            if shard is not None:
+                shard.pad(model, padding, temperature)
+                shard.reduce_grads(params + (list(critic.model.parameters()) if critic and critic.model else []))
             sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
             sums["lr"] += scheduler.get_last_lr()[0]
             optimizer.step()
@@ -153,4 +165,6 @@ def policy_update(
                 for key, value in critic.step(grad_clip).items():
                     sums[key] += value
             updates += 1
+    if shard is not None:
+        sums = shard.reduce_sums(sums)
     return {f"update/{key}": value / updates for key, value in sums.items()}

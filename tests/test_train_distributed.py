@@ -1,0 +1,119 @@
+"""torch.distributed training (gloo, 2 ranks under torchrun): N ranks make the update one process
+makes on the same global batch, for every loss aggregation; the CLI trains, checkpoints and
+resumes under torchrun. Each test starts its own ``torchrun --standalone`` (a free port chosen at
+run time) with a timeout, so a hang fails the test instead of the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import dist_worker  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+SRC = HERE.parent / "src"
+
+# Each case builds a fresh tiny-random learner and updates it on fixed synthetic groups (varied
+# prompt and completion lengths: token and sequence means differ). The gradient clip is out of
+# reach so that the gradient's scale (what a wrong denominator changes) reaches the comparison;
+# lr 1e-3 makes one update large against the parameter tolerance; Adam's eps 1e-3 keeps its step a
+# smooth function of the gradient (at 1e-8, float rounding in a 1e-8 gradient entry moves that
+# parameter by a visible share of lr, whatever the ranks do).
+COMMON = ["optim.grad_clip=1e6", "optim.lr=1e-3", "optim.eps=1e-3"]
+CASES = [
+    {"overrides": ["algo.loss_agg=token-mean"], "groups": 3},  # 3 groups: the ranks get 2 and 1
+    {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 3},
+    {"overrides": ["algo.loss_agg=seq-mean-token-sum"], "groups": 4},
+    {  # Dr.GRPO
+        "overrides": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.advantage=dr_grpo"],
+        "groups": 4,
+    },
+    {  # DAPO's dynamic sampling, normalised over every sampled group (loss_scale)
+        "overrides": ["algo.loss_agg=token-mean", "algo.loss_norm=sampled", "algo.dynamic_sampling=true"],
+        "groups": 3,
+        "dropped": 2,
+    },
+    {  # batch-normalised advantages, two epochs of two minibatches (old logprobs), Adam state
+        "overrides": [
+            "algo.advantage=reinforce_pp",
+            "algo.minibatches=2",
+            "algo.epochs=2",
+            "algo.micro_batch_size=3",
+        ],
+        "groups": 4,
+        "updates": 2,
+    },
+    {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 1},  # rank 1 has no group
+    {"overrides": ["algo.loss=gspo", "algo.micro_batch_size=1"], "groups": 2},  # sequence-level ratio
+    {  # a value head on the policy (its gradient is summed outside DDP), KL to a reference
+        "overrides": [
+            "algo.advantage=gae",
+            "algo.critic.kind=head",
+            "algo.kl_coef=0.05",
+            "algo.dynamic_sampling=false",
+        ],
+        "groups": 3,
+    },
+]
+for case in CASES:
+    case["overrides"] = [*COMMON, *case["overrides"]]
+
+
+def torchrun(args: list[str], tmp_path: Path, nproc: int = 2, timeout: float = 240.0):
+    """``torchrun --standalone --nproc-per-node nproc ARGS``; the whole process group is killed on
+    timeout (a hang fails the test)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    env.update({"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"torchrun did not finish within {timeout:.0f} s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def test_two_ranks_update_equals_one_process(tmp_path):
+    """Parameters after the update(s) within 1e-6 (an update moves them by up to ~1e-3), gradients
+    of the last step within 2e-6 of their largest entry, metrics within 1e-6 relative."""
+    spec, out = tmp_path / "cases.json", tmp_path / "ranks.pt"
+    spec.write_text(json.dumps(CASES))
+    code, log = torchrun([str(HERE / "dist_worker.py"), str(spec), str(out)], tmp_path)
+    assert code == 0, log[-4000:]
+    got = torch.load(out)
+    torch.set_num_threads(1)
+    want = dist_worker.run_cases(CASES)
+    initial = dist_worker.initial_params()
+    for case, w, g in zip(CASES, want, got, strict=True):
+        label = " ".join(case["overrides"][len(COMMON) :]) + f" groups={case['groups']}"
+        assert set(w["grads"]) == set(g["grads"]), label
+        scale = max(float(t.abs().max()) for t in w["grads"].values())
+        assert scale > 0, label
+        for name, tensor in w["grads"].items():
+            torch.testing.assert_close(g["grads"][name], tensor, rtol=0, atol=2e-6 * scale, msg=label)
+        moved = max(float((w["params"][n] - p).abs().max()) for n, p in initial.items())
+        assert moved > 1e-4, label  # the update did something the tolerance can see
+        for name, tensor in w["params"].items():
+            torch.testing.assert_close(g["params"][name], tensor, rtol=0, atol=1e-6, msg=label)
+        for mw, mg in zip(w["metrics"], g["metrics"], strict=True):
+            assert mw.keys() == mg.keys(), label
+            for key, value in mw.items():
+                if key.endswith("_max"):  # a per-micro-batch maximum: the ranks' micro-batches differ
+                    continue
+                assert mg[key] == pytest.approx(value, rel=1e-6, abs=1e-9), f"{label}: {key}"

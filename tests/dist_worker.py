@@ -1,9 +1,10 @@
-"""A policy update on fixed, synthetic groups, in one process or on every torchrun rank.
+"""Work for torchrun's ranks in tests/test_train_distributed.py.
 
-``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_worker.py SPEC OUT``
-runs each case of the JSON file SPEC on every rank; rank 0 saves the parameters, the gradients of
-the last optimizer step and the metrics to OUT. :func:`run_cases` is the same thing in the calling
-process, without torchrun (the reference the ranks must equal).
+``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_worker.py update SPEC
+OUT`` runs each policy-update case of the JSON file SPEC (fixed synthetic groups) on every rank;
+rank 0 saves the parameters, the gradients of the last optimizer step and the metrics to OUT.
+:func:`run_cases` is the same in the calling process without torchrun (the reference the ranks
+must equal). ``... dist_worker.py train SPEC`` runs SPEC's training runs one after the other.
 """
 
 from __future__ import annotations
@@ -83,13 +84,21 @@ def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001
 
 
 def main() -> None:
-    spec, out = Path(sys.argv[1]), Path(sys.argv[2])
+    """``update SPEC OUT``: the update cases of SPEC; ``train SPEC``: the training runs of SPEC
+    (``[{"overrides": [...], "resume": bool}, ...]``) one after the other in one process group."""
+    mode, spec = sys.argv[1], Path(sys.argv[2])
     torch.set_num_threads(1)
     ranks = start_ranks("cpu", timeout_s=60)
-    results = run_cases(json.loads(spec.read_text()), ranks)
-    if ranks.is_main:
-        torch.save(results, out)
-    ranks.close()
+    if mode == "update":
+        results = run_cases(json.loads(spec.read_text()), ranks)
+        if ranks.is_main:
+            torch.save(results, Path(sys.argv[3]))
+    else:
+        from rlvr import api
+
+        for run in json.loads(spec.read_text()):
+            api.train(load_config(None, run["overrides"]), resume=run.get("resume", False), quiet=True)
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

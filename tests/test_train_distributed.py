@@ -73,11 +73,17 @@ for case in CASES:
 def torchrun(args: list[str], tmp_path: Path, nproc: int = 2, timeout: float = 240.0):
     """``torchrun --standalone --nproc-per-node nproc ARGS``; the whole process group is killed on
     timeout (a hang fails the test)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     env.update({"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -94,7 +100,7 @@ def test_two_ranks_update_equals_one_process(tmp_path):
     of the last step within 2e-6 of their largest entry, metrics within 1e-6 relative."""
     spec, out = tmp_path / "cases.json", tmp_path / "ranks.pt"
     spec.write_text(json.dumps(CASES))
-    code, log = torchrun([str(HERE / "dist_worker.py"), str(spec), str(out)], tmp_path)
+    code, log = torchrun([str(HERE / "dist_worker.py"), "update", str(spec), str(out)], tmp_path)
     assert code == 0, log[-4000:]
     got = torch.load(out)
     torch.set_num_threads(1)
@@ -117,3 +123,85 @@ def test_two_ranks_update_equals_one_process(tmp_path):
                 if key.endswith("_max"):  # a per-micro-batch maximum: the ranks' micro-batches differ
                     continue
                 assert mg[key] == pytest.approx(value, rel=1e-6, abs=1e-9), f"{label}: {key}"
+
+
+RUN = [
+    "model.name=tiny-random",
+    "model.threads=1",
+    "data.train_size=64",
+    "data.eval_size=4",
+    "rollout.prompts_per_step=3",  # 3 groups over 2 ranks: one samples 1 prompt, the other 2
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
+    "rewards.workers=1",
+    "algo.micro_batch_size=4",
+    "train.time_limit_s=null",
+    "train.time_budget_s=null",
+    "train.steps=4",
+    "train.save_every=2",
+    "train.log_samples=-1",
+    "optim.lr=1e-3",
+]
+
+
+def test_torchrun_cli_trains_writes_once_and_resumes_exactly(tmp_path):
+    """``torchrun -m rlvr train`` on 2 ranks: rank 0 alone writes the run directory; the checkpoint
+    is a plain HF model with every rank's RNG state; a 2-rank run stopped after step 1 (rank 0's
+    time limit, which both ranks obey) and resumed equals the uninterrupted one."""
+    from rlvr.log import read_jsonl
+    from rlvr.models import load_model
+
+    out = [f"output_dir={tmp_path}"]
+    code, log = torchrun(["-m", "rlvr", "train", *RUN, *out, "name=full", "--quiet"], tmp_path)
+    assert code == 0, log[-4000:]
+    assert "held-out after" in log and log.count("held-out after") == 1  # rank 0 reports, once
+    runs = [
+        {"overrides": [*RUN, *out, "name=cut", "train.time_limit_s=0.001"]},
+        {"overrides": [*RUN, *out, "name=cut"], "resume": True},
+    ]
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps(runs))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "train", str(spec)], tmp_path)
+    assert code == 0, log[-4000:]
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert sorted(p.name for p in full.iterdir()) == [
+        "checkpoints",
+        "config.yaml",
+        "eval_samples.jsonl",
+        "metrics.jsonl",
+        "samples.jsonl",
+    ]
+    rows = read_jsonl(full / "metrics.jsonl")
+    assert [(r["step"], r["phase"]) for r in rows] == [
+        (0, "before"),
+        (1, "train"),
+        (2, "train"),
+        (3, "train"),
+        (4, "train"),
+        (4, "after"),
+    ]
+    train = [r for r in rows if r["phase"] == "train"]
+    assert all(r["groups/sampled"] == 3.0 and "update/loss" in r for r in train)
+    samples = read_jsonl(full / "samples.jsonl")  # every rank's completions, written once
+    assert [sum(s["step"] == k for s in samples) for k in (1, 2, 3, 4)] == [12, 12, 12, 12]
+    assert len(read_jsonl(full / "eval_samples.jsonl")) == 2 * 4
+
+    step4 = full / "checkpoints" / "step-000004"
+    state = torch.load(step4 / "trainer_state.pt", weights_only=False)
+    assert len(state["rank_rng"]) == 2
+    engines = [s["generators"]["engine"] for s in state["rank_rng"]]
+    assert not torch.equal(engines[0], engines[1])  # each rank samples its own stream
+    trained, start = load_model(str(step4 / "model")), load_model("tiny-random")
+    moved = max(float((a - b).detach().abs().max()) for a, b in zip(trained.parameters(), start.parameters()))
+    assert moved > 1e-4
+
+    cut_rows = [r for r in read_jsonl(cut / "metrics.jsonl") if r["phase"] == "train"]
+    assert [r["step"] for r in cut_rows] == [1, 2, 3, 4]
+    for a, b in zip(train, cut_rows, strict=True):
+        for key in ("reward/mean", "update/loss", "update/grad_norm", "completion/mean_length"):
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), (a["step"], key)
+    resumed = load_model(str(cut / "checkpoints" / "step-000004" / "model"))
+    for a, b in zip(trained.parameters(), resumed.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)

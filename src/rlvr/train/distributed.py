@@ -26,16 +26,17 @@ The policy is wrapped in DDP (``train.distributed=ddp``) or sharded with FSDP2's
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from rlvr.errors import RlvrError
+
+if TYPE_CHECKING:
+    from rlvr.config import RunConfig
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -82,6 +83,16 @@ class Solo:
     def sum_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics
 
+    def on_main(self, fn: Callable[[], T]) -> T:
+        return fn()
+
+    def rng_of(self, trainer_state: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The RNG state to restore from a checkpoint's trainer state, and whether it is exact."""
+        return trainer_state["rng"], True
+
+    def seed_sampling(self, seed: int, generator: torch.Generator) -> None:
+        pass
+
     def barrier(self) -> None:
         pass
 
@@ -98,10 +109,13 @@ class Ranks(Solo):
 
     active = True
 
-    def __init__(self, rank: int, world: int, local_rank: int, objects: Any = None) -> None:
+    def __init__(
+        self, rank: int, world: int, local_rank: int, objects: Any = None, owned: bool = False
+    ) -> None:
         self.rank, self.world, self.local_rank = rank, world, local_rank
         self.is_main = rank == 0
         self.objects = objects  # the process group for Python objects (None: the default group)
+        self.owned = owned  # this object started the process group (and ends it in close)
 
     def spread(self, items: Sequence[T], fn: Callable[[list[T]], list[R]]) -> list[R]:
         """``fn`` over this rank's contiguous slice of ``items``; every rank gets all results in order."""
@@ -138,11 +152,42 @@ class Ranks(Solo):
                 total[key] = total.get(key, 0.0) + value
         return total
 
+    def on_main(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on rank 0 (writing the run directory, a checkpoint); its result on every rank.
+        Its :class:`RlvrError` is raised on every rank, so no rank waits for one that gave up."""
+        outcome: tuple[Any, str | None] = (None, None)
+        failure: RlvrError | None = None
+        if self.is_main:
+            try:
+                outcome = (fn(), None)
+            except RlvrError as err:
+                outcome, failure = (None, str(err)), err
+        result, error = self.from_main(outcome)
+        if failure is not None:
+            raise failure
+        if error is not None:
+            raise RlvrError(f"rank 0: {error}")
+        return result
+
+    def rng_of(self, trainer_state: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """This rank's RNG state in a checkpoint written by as many ranks; else rank 0's (not exact:
+        the caller gives the rank a fresh sampling stream)."""
+        states = trainer_state.get("rank_rng")
+        if states is not None and len(states) == self.world:
+            return states[self.rank], True
+        return trainer_state["rng"], False
+
+    def seed_sampling(self, seed: int, generator: torch.Generator) -> None:
+        """This rank's own sampling stream (the engine's generator, CUDA's RNG): ``seed + rank``."""
+        generator.manual_seed(rank_seed(seed, self.rank))
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed(rank_seed(seed, self.rank))
+
     def barrier(self) -> None:
         dist.barrier(group=self.objects)
 
     def close(self) -> None:
-        if dist.is_initialized():
+        if self.owned and dist.is_initialized():
             dist.destroy_process_group()
 
 
@@ -158,14 +203,15 @@ def start_ranks(device: str, timeout_s: float = 1800.0) -> Solo:
         if not torch.cuda.is_available():
             raise RlvrError(f"model.device={device} under torchrun, but CUDA is not available")
         torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():
+    owned = not dist.is_initialized()  # a caller may have started it (several runs in one group)
+    if owned:
         dist.init_process_group(
             backend="nccl" if cuda else "gloo",
             timeout=timedelta(seconds=timeout_s),
             device_id=torch.device("cuda", local_rank) if cuda else None,
         )
     objects = dist.new_group(backend="gloo") if cuda else None
-    return Ranks(rank, world, local_rank, objects)
+    return Ranks(rank, world, local_rank, objects, owned)
 
 
 def rank_device(device: str, ranks: Solo) -> str:
@@ -175,15 +221,23 @@ def rank_device(device: str, ranks: Solo) -> str:
     return device
 
 
-def seed_rank_rngs(seed: int, ranks: Solo, generator: torch.Generator) -> None:
-    """Give this rank its own sampling stream (the engine's generator, CUDA's RNG)."""
-    if not ranks.active:
-        return
-    generator.manual_seed(rank_seed(seed, ranks.rank))
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(rank_seed(seed, ranks.rank))
+def check_distributed(cfg: RunConfig) -> None:
+    """Settings that do not run under torchrun yet: an error naming the key."""
+    if cfg.train.max_staleness is not None:
+        raise RlvrError(
+            "train.max_staleness (asynchronous collection) does not run under torchrun yet: "
+            "set train.max_staleness=null, or run it in one process"
+        )
 
 
-def host_rng_state() -> dict[str, Any]:
-    """This process's Python, NumPy and torch RNG states (a rank's share of a checkpoint)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+class Discard:
+    """A log writer that writes nothing (ranks other than 0)."""
+
+    def __init__(self, path: Any = None) -> None:
+        self.path = path
+
+    def write(self, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

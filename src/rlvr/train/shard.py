@@ -52,7 +52,8 @@ def _no_buffer_sync() -> dict[str, bool]:
     from torch.nn.parallel import DistributedDataParallel
 
     names = inspect.signature(DistributedDataParallel).parameters
-    return {"forward_sync_buffers": False} if "forward_sync_buffers" in names else {"broadcast_buffers": False}
+    key = "forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers"
+    return {key: False}
 
 
 def _sum_hook(group, bucket):  # noqa: ANN001, ANN202
@@ -103,8 +104,8 @@ class Shard:
         if len(mine) == 0:
             return mini, weights, [], padding, rows
         local = mini.select(mine.to(weights.device))
-        width = local.completion_width
-        return local, weights[mine][:, :width], _slices(len(local), micro), padding, rows[mine.to(rows.device)]
+        local_weights = weights[mine.to(weights.device)][:, : local.completion_width]
+        return local, local_weights, _slices(len(local), micro), padding, rows[mine.to(rows.device)]
 
     def sync_on_backward(self, model: torch.nn.Module, last: bool) -> None:
         """Reduce gradients in the next backward only when it is this step's last one."""
@@ -124,7 +125,8 @@ class Shard:
     def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
         """Sum over the ranks the gradients the wrapper does not reduce (a value head, a separate
         critic). A parameter without a gradient on every rank keeps none (the optimizer skips it)."""
-        extra = [p for p in params if p.requires_grad and id(p) not in self.owned]
+        unique = {id(p): p for p in params}.values()  # a value head is listed twice
+        extra = [p for p in unique if p.requires_grad and id(p) not in self.owned]
         if not extra:
             return
         device = extra[0].device

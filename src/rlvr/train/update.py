@@ -156,7 +156,7 @@ def policy_update(
                     sums[key] += value * token_share
             if shard is not None:
                 shard.pad(model, padding, temperature)
-                shard.reduce_grads(params + (list(critic.model.parameters()) if critic and critic.model else []))
+                shard.reduce_grads(params + (list(critic.module().parameters()) if critic else []))
             sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
             sums["lr"] += scheduler.get_last_lr()[0]
             optimizer.step()

@@ -24,6 +24,7 @@ from tiny import TINY_RUN  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.models import load_model  # noqa: E402
 from rlvr.train.distributed import Solo, start_ranks  # noqa: E402
+from rlvr.train.fsdp import full, shard_policy  # noqa: E402
 from rlvr.train.learner import Learner  # noqa: E402
 from rlvr.train.shard import distribute_learner  # noqa: E402
 from rlvr.trajectory import Segment, Trajectory, TrajectoryGroup  # noqa: E402
@@ -53,6 +54,8 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
     cfg = load_config(None, [*TINY_RUN, "optim.warmup_steps=0", *case["overrides"]])
     torch.manual_seed(cfg.seed)
     policy = load_model(cfg.model.name)
+    if ranks.active and case.get("mode") == "fsdp2":
+        shard_policy(policy)  # before the learner builds its optimizer over the shards
     learner = Learner(cfg, policy, pad_id=0)
     if ranks.active:
         distribute_learner(learner, ranks, case.get("mode", "ddp"))
@@ -67,8 +70,8 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
     if learner.critic is not None:
         named += [(f"critic.{n}", p) for n, p in learner.critic.module().named_parameters()]
     return {
-        "params": {n: p.detach().clone() for n, p in named},
-        "grads": {n: p.grad.detach().clone() for n, p in named if p.grad is not None},
+        "params": {n: full(p.detach()).clone() for n, p in named},
+        "grads": {n: full(p.grad.detach()).clone() for n, p in named if p.grad is not None},
         "metrics": metrics,
     }
 

@@ -348,11 +348,12 @@ class TrainConfig(Section):
         "the policy while the learner trains, each batch at most this many updates old when trained on "
         "(0: async machinery, synchronous order). None: the synchronous loop.",
     )
-    distributed: Literal["ddp"] = Field(
+    distributed: Literal["ddp", "fsdp2"] = Field(
         "ddp",
         description="Under torchrun (torchrun --nproc-per-node N -m rlvr train ...), how the policy is "
-        "trained over the ranks: ddp (a full copy per rank, gradients summed by all-reduce). Without "
-        "torchrun: unused (one process). docs/scale.md.",
+        "trained over the ranks: ddp (a full copy per rank, gradients summed by all-reduce) or fsdp2 "
+        "(fully_shard: parameters, gradients and optimizer state sharded; the engine samples from a "
+        "full copy). Without torchrun: unused (one process). docs/scale.md.",
     )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")

@@ -223,6 +223,11 @@ def rank_device(device: str, ranks: Solo) -> str:
 
 def check_distributed(cfg: RunConfig) -> None:
     """Settings that do not run under torchrun yet: an error naming the key."""
+    if cfg.train.distributed == "fsdp2" and (cfg.algo.critic.kind != "none" or cfg.model.lora.r):
+        raise RlvrError(
+            "train.distributed=fsdp2 does not take a critic (algo.critic.kind) or LoRA (model.lora.r) "
+            "yet: use train.distributed=ddp"
+        )
     if cfg.train.max_staleness is not None:
         raise RlvrError(
             "train.max_staleness (asynchronous collection) does not run under torchrun yet: "

@@ -39,6 +39,7 @@ from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.distributed import Discard, check_distributed, rank_device, start_ranks
 from rlvr.train.estimate import check_algorithm
+from rlvr.train.fsdp import FullCopySync, full_optimizer_state, load_full_optimizer_state, shard_policy
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
@@ -90,10 +91,16 @@ class Orchestrator:
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
         self.pipeline: AsyncCollector | None = None
-        if cfg.train.max_staleness is None:
+        self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
+        self.sync: InProcessSync | CopySync | FullCopySync
+        if self.fsdp:  # the engine samples from a full copy; the learner trains the shards
+            engine = build_engine(cfg, copy.deepcopy(policy).requires_grad_(False), self.tokenizer)
+            self.sync = FullCopySync(engine)
+            shard_policy(policy)
+        elif cfg.train.max_staleness is None:
             # In one process the engine samples from the learner's own module: syncing copies nothing.
             engine = build_engine(cfg, policy, self.tokenizer)
-            self.sync: InProcessSync | CopySync = InProcessSync(engine)
+            self.sync = InProcessSync(engine)
         else:  # the engine samples from its own copy while the learner trains (async_collect.py)
             engine = build_engine(cfg, copy.deepcopy(policy).requires_grad_(False), self.tokenizer)
             self.sync = CopySync(engine)
@@ -121,6 +128,9 @@ class Orchestrator:
 
     def _restore(self, path: Path) -> None:
         state, trainer_state = ckpt.load_state(path)
+        if self.fsdp:  # the whole optimizer state, keyed by parameter name, into this rank's shards
+            load_full_optimizer_state(self.learner.model, self.learner.optimizer, trainer_state["optimizer"])
+            trainer_state = {**trainer_state, "optimizer": self.learner.optimizer.state_dict()}
         self.learner.load_state_dict(trainer_state)
         rng, exact = self.ranks.rng_of(trainer_state)  # under torchrun: this rank's own
         ckpt.restore_rng(rng, self._generators())
@@ -143,6 +153,8 @@ class Orchestrator:
             trainer_state = {**self.learner.state_dict(), "rng": rng[0]}
             if self.ranks.active:
                 trainer_state["rank_rng"] = rng
+            if self.fsdp:  # gathered from the shards (a collective)
+                trainer_state["optimizer"] = full_optimizer_state(self.learner.model, self.learner.optimizer)
         state = {
             **self.collector.state(),
             "elapsed": self.elapsed,
@@ -154,7 +166,7 @@ class Orchestrator:
             lambda: ckpt.save_checkpoint(
                 self.run_dir / "checkpoints",
                 self.step,
-                self.learner.weights(),
+                self.sync.engine.model if self.fsdp else self.learner.weights(),  # FSDP2: the full copy
                 self.tokenizer,
                 trainer_state,
                 state,

@@ -69,6 +69,7 @@ class Shard:
     ranks: Ranks
     mode: str  # "ddp" or "fsdp2"
     owned: set[int] = field(default_factory=set)  # ids of the parameters the wrapper reduces itself
+    module: torch.nn.Module | None = None  # the FSDP2 root (fsdp2)
 
     @classmethod
     def ddp(cls, policy: torch.nn.Module, ranks: Ranks) -> tuple[torch.nn.Module, Shard]:
@@ -125,6 +126,10 @@ class Shard:
     def reduce_grads(self, params: list[torch.nn.Parameter]) -> None:
         """Sum over the ranks the gradients the wrapper does not reduce (a value head, a separate
         critic). A parameter without a gradient on every rank keeps none (the optimizer skips it)."""
+        if self.mode == "fsdp2":
+            from rlvr.train.fsdp import reshard_all
+
+            reshard_all(self.module)
         unique = {id(p): p for p in params}.values()  # a value head is listed twice
         extra = [p for p in unique if p.requires_grad and id(p) not in self.owned]
         if not extra:
@@ -160,8 +165,13 @@ def _slices(n: int, size: int) -> list[slice]:
 
 
 def distribute_learner(learner, ranks: Ranks, mode: str) -> None:  # noqa: ANN001
-    """Make ``learner`` (a :class:`rlvr.train.learner.Learner`) train its rank's share: its policy
-    wrapped for ``mode`` (``ddp``), its update split by :class:`Shard`."""
-    if mode != "ddp":
+    """Make ``learner`` (a :class:`rlvr.train.learner.Learner`) train its rank's share, its update
+    split by :class:`Shard`: ``ddp`` wraps its policy; for ``fsdp2`` the policy was sharded before
+    the learner built its optimizer (:func:`rlvr.train.fsdp.shard_policy`)."""
+    if mode == "ddp":
+        learner.train_model, learner.shard = Shard.ddp(learner.model, ranks)
+    elif mode == "fsdp2":
+        owned = {id(p) for p in learner.model.parameters()}
+        learner.train_model, learner.shard = learner.model, Shard(ranks, "fsdp2", owned, learner.model)
+    else:
         raise ValueError(f"unknown train.distributed '{mode}'")
-    learner.train_model, learner.shard = Shard.ddp(learner.model, ranks)

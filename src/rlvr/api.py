@@ -22,7 +22,13 @@ __all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config",
 
 def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
     """Run a training job; returns {"before": eval metrics, "after": eval metrics}."""
+    from rlvr.train.distributed import under_torchrun
     from rlvr.train.orchestrator import Orchestrator
+
+    if cfg.cluster.ray and not under_torchrun():  # the driver: ranks run this function as Ray actors
+        from rlvr.train.ray_launch import train_on_ray
+
+        return train_on_ray(cfg, resume, console or Console(stderr=True), quiet)
 
     run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
     try:

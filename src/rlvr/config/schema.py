@@ -372,6 +372,23 @@ class TrainConfig(Section):
     )
 
 
+class ClusterConfig(Section):
+    ray: bool = Field(
+        False,
+        description="Place the trainer ranks as Ray actors (cluster.ranks of them) on a Ray cluster, "
+        "each running the torchrun path (torch.distributed, train.distributed); needs the ray extra. "
+        "docs/scale.md.",
+    )
+    ranks: int = Field(2, ge=1, description="Trainer ranks (Ray actors) with cluster.ray.")
+    cpus_per_rank: int = Field(1, ge=1, description="CPUs Ray reserves for each rank's actor.")
+    address: str | None = Field(
+        None, description="Address of a running Ray cluster; None starts a local one for the run."
+    )
+    start_timeout_s: float = Field(
+        300.0, gt=0, description="How long the ranks' actors may take to start before the run fails."
+    )
+
+
 class RunConfig(Section):
     name: str = Field(
         "grpo-chain-sum",
@@ -389,6 +406,7 @@ class RunConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -81,4 +81,5 @@ def test_a_dead_rank_ends_the_run_with_an_error_naming_it(tmp_path):
     out = "".join(lines)
     assert code == 2, out[-4000:]
     assert "Ray: trainer rank 1 of 2 failed during train: its Ray actor died" in out, out[-4000:]
+    print(f"the run ended {time.monotonic() - killed:.1f} s after the kill")
     assert time.monotonic() - killed < 120

@@ -54,7 +54,8 @@ class TrainRank:
             {
                 "RANK": str(self.rank),
                 "WORLD_SIZE": str(self.world),
-                "LOCAL_RANK": str(self.rank),  # one actor per rank; GPUs: Ray sets CUDA_VISIBLE_DEVICES
+                # Ray shows each actor only its own GPU (CUDA_VISIBLE_DEVICES): it is cuda:0 there
+                "LOCAL_RANK": "0",
                 "MASTER_ADDR": master,
                 "MASTER_PORT": str(port),
             }

@@ -99,8 +99,7 @@ class Shard:
         counts = [int((owner == r).sum()) for r in range(self.ranks.world)]
         micro_counts = [-(-n // micro) for n in counts]
         pads = (max(micro_counts) if self.mode == "fsdp2" else 1) - micro_counts[self.ranks.rank]
-        filler = mini.select(slice(0, min(micro, len(mini))))
-        padding = [filler] * max(pads, 0)
+        padding = [mini.select(slice(0, min(micro, len(mini))))] * pads if pads > 0 else []
         mine = (owner == self.ranks.rank).nonzero().flatten()
         if len(mine) == 0:
             return mini, weights, [], padding, rows

@@ -35,11 +35,17 @@ def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, 
 
     ``resume`` continues the run ``output_dir/name`` from its last checkpoint; ``cfg`` may differ
     from the run's saved config only in settings that are safe to change mid-run. A finished run
-    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0.
+    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0. With
+    ``cluster.ray`` the trainer ranks run this function as Ray actors (docs/scale.md).
     """
+    from rlvr.train.distributed import under_torchrun
     from rlvr.train.orchestrator import Orchestrator
 
     console = console or Console(stderr=True)
+    if cfg.cluster.ray and not under_torchrun():  # the driver: ranks run this function as Ray actors
+        from rlvr.train.ray_launch import train_on_ray
+
+        return train_on_ray(cfg, resume, console, quiet)
     if resume:
         from rlvr.train.resume import clear_logs, nothing_to_do, resume_state
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 from typing import Annotated
 
@@ -64,6 +65,8 @@ def train(
     else:
         cfg = api.load_config(path, items)
     results = api.train(cfg, resume=resume, console=console, quiet=quiet)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone reports
+        return
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
         if metrics:

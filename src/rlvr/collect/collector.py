@@ -17,7 +17,7 @@ pool of the first reward alone.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +42,11 @@ from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import check_template
 from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes
 from rlvr.trajectory import Trajectory, TrajectoryGroup
+
+
+def run_here(items: list, fn: Callable[[list], list]) -> list:
+    """``fn`` over all ``items`` in this process (the default :attr:`Collector.spread`)."""
+    return fn(items)
 
 
 @dataclass
@@ -105,6 +110,9 @@ class Collector:
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
                 env_factory(name)  # an unknown name fails now, naming the registered ones
         self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
+        # How sampling work is split: here, all of it; under torchrun each rank samples its slice of
+        # the prompts and every rank gets all groups back (rlvr.train.distributed.Ranks.spread).
+        self.spread: Callable[[list, Callable[[list], list]], list] = run_here
         self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
 
     # ----------------------------------------------------------------------------- state
@@ -212,7 +220,7 @@ class Collector:
         seen: list[TrajectoryGroup] = []
         rounds = 1 + (a.max_refills if a.refill else 0)
         for _ in range(rounds):
-            batch = self.sample_groups(self.sampler.take(want - len(kept) if kept else want))
+            batch = self.spread(self.sampler.take(want - len(kept) if kept else want), self.sample_groups)
             seen.extend(batch)
             usable = [g for g in batch if None not in g.rewards]  # errored groups are skipped
             if a.dynamic_sampling and usable:
@@ -242,21 +250,26 @@ class Collector:
         """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt. Returns
         the ids of groups whose baseline could not be scored (a reward error: 0 under
         ``rewards.on_error=zero``; such groups are dropped under ``skip_group``)."""
+        totals = self.spread([g.example_index for g in groups], self._greedy_totals)
+        errored = set()
+        for group, total in zip(groups, totals):
+            group.baseline_reward = total if total is not None else 0.0
+            if total is None:
+                errored.add(id(group))
+        return errored
+
+    def _greedy_totals(self, indices: list[int]) -> list[float | None]:
+        """The reward total of one greedy completion of each training example in ``indices``."""
         params = SamplingParams(
             n=1,
             temperature=0.0,
             max_new_tokens=self.cfg.rollout.max_new_tokens,
             self_certainty=self.self_certainty,
         )
-        greedy = self.engine.generate([self.train_prompts[g.example_index] for g in groups], params)
-        examples = [self.train_examples[g.example_index] for g in groups]
-        results = score_completions(self.pool, [c[0] for c in greedy], examples, [1] * len(groups))
-        errored = set()
-        for group, result in zip(groups, results):
-            group.baseline_reward = result.total if result.total is not None else 0.0
-            if result.total is None:
-                errored.add(id(group))
-        return errored
+        greedy = self.engine.generate([self.train_prompts[i] for i in indices], params)
+        examples = [self.train_examples[i] for i in indices]
+        results = score_completions(self.pool, [c[0] for c in greedy], examples, [1] * len(indices))
+        return [result.total for result in results]
 
     def reward_error_metrics(self) -> dict[str, float]:
         """Reward errors by kind and reward since the previous call (``reward_errors/<label>/<kind>``)."""

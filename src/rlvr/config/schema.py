@@ -373,6 +373,13 @@ class TrainConfig(Section):
         "the policy while the learner trains, each batch at most this many updates old when trained on "
         "(0: async machinery, synchronous order). None: the synchronous loop.",
     )
+    distributed: Literal["ddp", "fsdp2"] = Field(
+        "ddp",
+        description="Under torchrun (torchrun --nproc-per-node N -m rlvr train ...), how the policy is "
+        "trained over the ranks: ddp (a full copy per rank, gradients summed by all-reduce) or fsdp2 "
+        "(fully_shard: parameters, gradients and optimizer state sharded; the engine samples from a "
+        "full copy). Without torchrun: unused (one process). docs/scale.md.",
+    )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
     final_checkpoint: Literal["full", "model", "none"] = Field(
@@ -434,6 +441,23 @@ class LogConfig(Section):
         return value
 
 
+class ClusterConfig(Section):
+    ray: bool = Field(
+        False,
+        description="Place the trainer ranks as Ray actors (cluster.ranks of them) on a Ray cluster, "
+        "each running the torchrun path (torch.distributed, train.distributed); needs the ray extra. "
+        "docs/scale.md.",
+    )
+    ranks: int = Field(2, ge=1, description="Trainer ranks (Ray actors) with cluster.ray.")
+    cpus_per_rank: int = Field(1, ge=1, description="CPUs Ray reserves for each rank's actor.")
+    address: str | None = Field(
+        None, description="Address of a running Ray cluster; None starts a local one for the run."
+    )
+    start_timeout_s: float = Field(
+        300.0, gt=0, description="How long the ranks' actors may take to start before the run fails."
+    )
+
+
 class RunConfig(Section):
     name: str = Field(
         "grpo-chain-sum",
@@ -452,6 +476,7 @@ class RunConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="before")
     @classmethod

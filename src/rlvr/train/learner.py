@@ -87,6 +87,10 @@ class Learner:
         self.coefs = Coefficients.from_config(cfg.algo)  # adaptive KL / entropy coefficients
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)  # minibatch shuffling
         self.version = 0  # updates applied; trajectories carry the version that sampled them
+        # Under torchrun (rlvr.train.distributed): the DDP/FSDP2 module the update runs through, and
+        # this rank's share of each minibatch. One process: the policy itself, no shard.
+        self.train_model: torch.nn.Module = policy
+        self.shard = None
 
     @property
     def needs_greedy_baseline(self) -> bool:
@@ -111,7 +115,7 @@ class Learner:
         metrics["update/loss_scale"] = loss_scale(self.cfg, groups, groups if sampled is None else sampled)
         metrics.update(
             policy_update(
-                self.model,
+                self.train_model,
                 self.optimizer,
                 self.scheduler,
                 batch,
@@ -127,6 +131,7 @@ class Learner:
                 loss_scale=metrics["update/loss_scale"],
                 precision=self.precision,
                 scaler=self.scaler,
+                shard=self.shard,
             )
         )
         self.coefs.update(self.cfg.algo, metrics, len(batch))

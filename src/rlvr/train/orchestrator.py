@@ -26,7 +26,7 @@ from rich.console import Console
 from rlvr.collect import Collector
 from rlvr.config import RunConfig
 from rlvr.data.from_config import load_datasets
-from rlvr.errors import Stopped
+from rlvr.errors import RlvrError, Stopped
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, note_issues, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
@@ -38,10 +38,13 @@ from rlvr.train import checkpoint as ckpt
 from rlvr.train.async_collect import AsyncCollector, CopySync
 from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
+from rlvr.train.distributed import Discard, check_distributed, rank_device, start_ranks
 from rlvr.train.estimate import check_algorithm
+from rlvr.train.fsdp import FullCopySync, full_optimizer_state, load_full_optimizer_state, shard_policy
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
+from rlvr.train.shard import distribute_learner
 from rlvr.train.sinks import with_sinks
 from rlvr.train.skips import SkipMonitor, skip_metrics
 from rlvr.train.weight_sync import InProcessSync
@@ -59,7 +62,15 @@ class Orchestrator:
         self.started = time.perf_counter()  # train.time_budget_s counts from here
         self.cfg, self.console, self.quiet = cfg, console or Console(stderr=True), quiet
         check_algorithm(cfg)  # config errors that need the registries, before any model is loaded
-        self.run_dir = prepare_run_dir(cfg, resume)
+        # Under torchrun (rlvr.train.distributed) every rank runs this loop; rank 0 alone writes the
+        # run directory and prints. One process: Solo, whose collectives do nothing.
+        self.ranks = start_ranks(cfg.model.device)
+        if self.ranks.active:
+            check_distributed(cfg)
+            cfg.model.device = rank_device(cfg.model.device, self.ranks)
+            if not self.ranks.is_main:
+                self.console, self.quiet = Console(stderr=True, quiet=True), True
+        self.run_dir = self.ranks.on_main(lambda: prepare_run_dir(cfg, resume))
         torch.manual_seed(cfg.seed)
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)
@@ -84,21 +95,37 @@ class Orchestrator:
             )
         self.pipeline: AsyncCollector | None = None
         rollout_dtype = precision_of(cfg).rollout_dtype
-        if cfg.train.max_staleness is None and rollout_dtype is None:
+        self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
+        if self.fsdp and rollout_dtype is not None:
+            raise RlvrError(
+                "train.distributed=fsdp2 with a low-precision sampling copy (rollout.weights_dtype, or its "
+                "auto under model.precision=bf16-mixed) is not supported yet: checkpoints are written "
+                "from the full copy. Set rollout.weights_dtype=policy, or use train.distributed=ddp"
+            )
+        self.sync: InProcessSync | CopySync | FullCopySync
+        if not self.fsdp and cfg.train.max_staleness is None and rollout_dtype is None:
             # In one process the engine samples from the learner's own module: syncing copies nothing.
             engine = build_engine(cfg, policy, self.tokenizer)
-            self.sync: InProcessSync | CopySync = InProcessSync(engine)
+            self.sync = InProcessSync(engine)
         else:
-            # The engine samples from its own copy: while the learner trains (async_collect.py), or in
-            # another dtype (a bf16 copy of fp32 master weights, models/precision.py). Each push
-            # copies the new weights in, cast to the copy's dtype.
+            # The engine samples from its own copy: while the learner trains (async_collect.py), while
+            # it trains shards (FSDP2: a full copy), or in another dtype (a bf16 copy of fp32 master
+            # weights, models/precision.py). Each push copies the new weights in, cast to the copy's dtype.
             sampler = copy.deepcopy(policy).requires_grad_(False)
             engine = build_engine(
                 cfg, sampler.to(rollout_dtype) if rollout_dtype else sampler, self.tokenizer
             )
-            self.sync = CopySync(engine)
+            if self.fsdp:
+                self.sync = FullCopySync(engine)
+                shard_policy(policy)
+            else:
+                self.sync = CopySync(engine)
         self.learner = Learner(cfg, policy, engine.pad_id)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
+        if self.ranks.active:  # each rank samples its own slice of the prompts, trains its groups
+            self.ranks.seed_sampling(cfg.seed, engine.generator)
+            distribute_learner(self.learner, self.ranks, cfg.train.distributed)
+            self.collector.spread = self.ranks.spread
         self.step, self.elapsed = 0, 0.0
         self.pipeline_step = 0  # the step whose batch the background collector was last allowed
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
@@ -108,10 +135,12 @@ class Orchestrator:
         if start:
             self._restore(start)
         logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
-        self.logs = {name: JsonlWriter(self.run_dir / name) for name in logged}
+        writer = JsonlWriter if self.ranks.is_main else Discard
+        self.logs = {name: writer(self.run_dir / name) for name in logged}
         # TensorBoard / wandb (log.*) receive metrics.jsonl's rows as they are written
-        resumed_at = self.step if start else None
-        self.logs["metrics.jsonl"] = with_sinks(self.logs["metrics.jsonl"], cfg, self.run_dir, resumed_at)
+        if self.ranks.is_main:
+            resumed_at = self.step if start else None
+            self.logs["metrics.jsonl"] = with_sinks(self.logs["metrics.jsonl"], cfg, self.run_dir, resumed_at)
 
     # ----------------------------------------------------------------------------- state
     def _generators(self) -> dict[str, torch.Generator]:
@@ -119,22 +148,33 @@ class Orchestrator:
 
     def _restore(self, path: Path) -> None:
         state, trainer_state = ckpt.load_state(path)
+        if self.fsdp:  # the whole optimizer state, keyed by parameter name, into this rank's shards
+            load_full_optimizer_state(self.learner.model, self.learner.optimizer, trainer_state["optimizer"])
+            trainer_state = {**trainer_state, "optimizer": self.learner.optimizer.state_dict()}
         self.learner.load_state_dict(trainer_state)
-        ckpt.restore_rng(trainer_state["rng"], self._generators())
+        rng, exact = self.ranks.rng_of(trainer_state)  # under torchrun: this rank's own
+        ckpt.restore_rng(rng, self._generators())
+        if not exact:  # saved by another number of ranks: each rank starts a fresh sampling stream
+            self.ranks.seed_sampling(self.cfg.seed + state["step"], self.collector.generator)
         self.learner.coefs = Coefficients(**state.get("coefficients", self.learner.coefs.state()))
         self.step, self.elapsed = state["step"], state.get("elapsed", 0.0)
         self.learner.version = state.get("policy_version", self.step)
         self.sync.push(self.learner.weights(), self.learner.version)
         self.collector.load_state(state)
-        for name in LOGS:
+        for name in LOGS if self.ranks.is_main else ():
             truncate_after_step(self.run_dir / name, self.step)
         self.console.print(f"resumed from {path} at step {self.step}")
 
     def save(self, model_only: bool = False) -> Path:
         """Checkpoint the run; ``model_only`` leaves out the optimizer, scheduler and RNG state."""
         trainer_state = None
-        if not model_only:
-            trainer_state = {**self.learner.state_dict(), "rng": ckpt.rng_state(self._generators())}
+        if not model_only:  # every rank's RNG state (one process: its own)
+            rng = self.ranks.gather(ckpt.rng_state(self._generators()))
+            trainer_state = {**self.learner.state_dict(), "rng": rng[0]}
+            if self.ranks.active:
+                trainer_state["rank_rng"] = rng
+            if self.fsdp:  # gathered from the shards (a collective)
+                trainer_state["optimizer"] = full_optimizer_state(self.learner.model, self.learner.optimizer)
         state = {
             **self.collector.state(),
             "elapsed": self.elapsed,
@@ -143,14 +183,16 @@ class Orchestrator:
         }
         began = time.perf_counter()
         try:
-            path = ckpt.save_checkpoint(
-                self.run_dir / "checkpoints",
-                self.step,
-                self.learner.weights(),
-                self.tokenizer,
-                trainer_state,
-                state,
-                self.cfg.train.keep_checkpoints,
+            path = self.ranks.on_main(
+                lambda: ckpt.save_checkpoint(
+                    self.run_dir / "checkpoints",
+                    self.step,
+                    self.sync.engine.model if self.fsdp else self.learner.weights(),  # FSDP2: the full copy
+                    self.tokenizer,
+                    trainer_state,
+                    state,
+                    self.cfg.train.keep_checkpoints,
+                )
             )
         except ckpt.CheckpointError as err:  # the step's metrics line says its checkpoint is missing
             failed = {"step": self.step, "phase": "checkpoint_failed", "error": str(err)}
@@ -196,8 +238,9 @@ class Orchestrator:
                 "throughput/tokens_per_s": tokens / dt,
             }
         )
-        metrics.update(self.collector.reward_error_metrics())
-        metrics.update(self.collector.episode_metrics())  # turns, tool calls, env time (multi-turn only)
+        # counters of this rank's reward workers and environments, summed over the ranks
+        metrics.update(self.ranks.sum_metrics(self.collector.reward_error_metrics()))
+        metrics.update(self.ranks.sum_metrics(self.collector.episode_metrics()))  # multi-turn only
         for record in self.collector.sample_records(collection.seen, self.step, self.cfg.train.log_samples):
             self.logs["samples.jsonl"].write(record)
         if self.cfg.train.log_trajectories:
@@ -207,7 +250,11 @@ class Orchestrator:
 
     # ----------------------------------------------------------------------------- loop
     def run_eval(self, label: str) -> dict[str, float]:
-        metrics, records = self.collector.evaluate(label, self.console, self.quiet)
+        # under torchrun rank 0 evaluates (not split over the ranks yet); every rank gets its metrics
+        metrics, records = {}, []
+        if self.ranks.is_main:
+            metrics, records = self.collector.evaluate(label, self.console, self.quiet)
+        metrics = self.ranks.from_main(metrics)
         if not metrics:
             return {}
         for record in records:
@@ -266,7 +313,7 @@ class Orchestrator:
                 note_issues(progress, task, metrics)  # reward errors and skipped groups, when any
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
-                if self._terminate:  # SIGTERM (a scheduler's stop): keep this step, then exit
+                if self.ranks.any(self._terminate):  # SIGTERM (a scheduler's stop): keep this step, exit
                     self._stop_pipeline()
                     if self.saved_step != self.step:
                         self.save()
@@ -277,16 +324,22 @@ class Orchestrator:
                     )
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.train.steps:
                     self.run_eval("periodic")
-                if deadline and time.perf_counter() > deadline:
+                time_up = bool(deadline and time.perf_counter() > deadline)
+                budget_up = bool(
+                    cfg.train.time_budget_s
+                    and over_budget(
+                        time.perf_counter() - self.started,
+                        cfg.train.time_budget_s,
+                        metrics.get("time/step_s", 0.0),
+                        self.collector.final_eval_s,
+                        self.save_s,
+                    )
+                )
+                time_up, budget_up = self.ranks.from_main((time_up, budget_up))  # rank 0's clock decides
+                if time_up:
                     self.console.print(f"time limit reached after step {self.step}")
                     break
-                if cfg.train.time_budget_s and over_budget(
-                    time.perf_counter() - self.started,
-                    cfg.train.time_budget_s,
-                    metrics.get("time/step_s", 0.0),
-                    self.collector.final_eval_s,
-                    self.save_s,
-                ):
+                if budget_up:
                     self.console.print(
                         f"time budget: stopping after step {self.step} so that the final eval and "
                         f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
@@ -308,3 +361,4 @@ class Orchestrator:
         self.collector.close()
         for log in self.logs.values():
             log.close()
+        self.ranks.close()

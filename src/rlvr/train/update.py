@@ -22,6 +22,7 @@ from rlvr.train.logprobs import completion_logprobs
 if TYPE_CHECKING:
     from rlvr.models.precision import Precision
     from rlvr.train.critic import Critic
+    from rlvr.train.shard import Shard
 
 
 def _micro_slices(n: int, size: int) -> list[slice]:
@@ -98,6 +99,7 @@ def policy_update(
     loss_scale: float = 1.0,
     precision: Precision | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    shard: Shard | None = None,
 ) -> dict[str, float]:
     """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
 
@@ -106,7 +108,9 @@ def policy_update(
     the update's own context (e.g. an adaptive ``entropy_coef``). With a ``critic``, the batch
     carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
     aggregated with the policy loss's token weights, is added to the loss. ``loss_scale`` multiplies
-    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch).
+    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch). With a
+    ``shard`` (torchrun), ``model`` is the DDP/FSDP2 module and this rank trains on its groups of
+    each minibatch, weighted over the whole minibatch (:mod:`rlvr.train.shard`).
     ``precision`` runs the forward passes under its autocast (mixed precision); ``scaler`` scales
     the loss and unscales the gradients before clipping (fp16 mixed precision).
     """
@@ -137,11 +141,16 @@ def policy_update(
         for rows in minibatch_rows(batch, cfg.minibatches, generator):
             mini = batch.select(rows)
             weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens) * loss_scale
-            slices = _micro_slices(len(mini), cfg.micro_batch_size)
+            token_total = mini.completion_mask.sum().clamp(min=1)
+            slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
+            if shard is not None:  # this rank's groups, with the whole minibatch's weights
+                mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
             optimizer.zero_grad(set_to_none=True)
             if critic is not None:
                 critic.zero_grad()
-            for micro_rows in slices:
+            for i, micro_rows in enumerate(slices):
+                if shard is not None:
+                    shard.sync_on_backward(model, last=i == len(slices) - 1 and not padding)
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
                 with autocast():
@@ -181,7 +190,7 @@ def policy_update(
                 (scaler.scale(loss) if scaler is not None else loss).backward()
                 sums["loss"] += float(loss.detach())
                 # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
-                token_share = float(mask.sum() / mini.completion_mask.sum().clamp(min=1))
+                token_share = float(mask.sum() / token_total)
                 n_tok = mask.sum().clamp(min=1)
                 sums["entropy"] += float((entropy.detach() * mask).sum() / n_tok) * token_share
                 sums["sampler_logprob_diff"] += (
@@ -190,6 +199,9 @@ def policy_update(
                 )
                 for key, value in stats.items():
                     sums[key] += value * token_share
+            if shard is not None:
+                shard.pad(model, padding, temperature)
+                shard.reduce_grads(params + (list(critic.module().parameters()) if critic else []))
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
@@ -205,6 +217,10 @@ def policy_update(
                 for key, value in critic.step(grad_clip).items():
                     sums[key] += value
             updates += 1
+    if shard is not None:
+        sums = shard.reduce_sums(sums)
+        if old_all is None:  # each rank filled in the rows it trained on
+            before = sum(shard.ranks.gather_all(before))
     metrics = {f"update/{key}": value / updates for key, value in sums.items()}
     metrics.update(mismatch_metrics(before, batch.sampling_logprobs, batch.completion_mask))
     return metrics

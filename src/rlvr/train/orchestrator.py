@@ -33,6 +33,7 @@ from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
+from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.async_collect import AsyncCollector, CopySync
 from rlvr.train.budget import over_budget
@@ -80,10 +81,13 @@ class Orchestrator:
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
         self.pipeline: AsyncCollector | None = None
-        if cfg.train.max_staleness is None:
+        if cfg.rollout.engine == "vllm":  # a server with its own copy of the weights, sync or async
+            engine = build_engine(cfg, policy, self.tokenizer, log_dir=self.run_dir)
+            self.sync: InProcessSync | CopySync | VLLMWeightSync = VLLMWeightSync(engine)
+        elif cfg.train.max_staleness is None:
             # In one process the engine samples from the learner's own module: syncing copies nothing.
             engine = build_engine(cfg, policy, self.tokenizer)
-            self.sync: InProcessSync | CopySync = InProcessSync(engine)
+            self.sync = InProcessSync(engine)
         else:  # the engine samples from its own copy while the learner trains (async_collect.py)
             engine = build_engine(cfg, copy.deepcopy(policy).requires_grad_(False), self.tokenizer)
             self.sync = CopySync(engine)

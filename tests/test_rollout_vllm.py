@@ -107,6 +107,16 @@ def prompts(policy) -> list[list[int]]:
     return [encode_prompt(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
 
 
+@pytest.fixture(scope="module")
+def long_prompt(policy) -> list[int]:
+    """Longer than two of vLLM's CPU KV blocks (128 tokens): its prefix is cached between calls."""
+    _, tokenizer = policy
+    numbers = ", ".join(str(i) for i in range(100))
+    ids = encode_prompt(tokenizer, [{"role": "user", "content": f"{numbers}. What comes next?"}])
+    assert len(ids) > 256
+    return ids
+
+
 def _trainer_logprobs(model, groups, pad_id: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(engine logprobs, trainer logprobs) of every sampled token, flat."""
     from rlvr.train.batch import build_batch
@@ -119,7 +129,7 @@ def _trainer_logprobs(model, groups, pad_id: int, temperature: float) -> tuple[t
     return batch.sampling_logprobs[mask], logprobs[mask]
 
 
-def _greedy(engine, prompts, tokens: int = 20) -> list[list[int]]:
+def _greedy(engine, prompts, tokens: int = 10) -> list[list[int]]:
     groups = engine.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=tokens))
     return [g[0].token_ids for g in groups]
 
@@ -129,7 +139,7 @@ def _greedy(engine, prompts, tokens: int = 20) -> list[list[int]]:
 def test_vllm_logprobs_match_the_trainers(engine, policy, prompts, temperature) -> None:
     """vLLM samples; the trainer recomputes the same tokens' logprobs (at the same temperature)."""
     model, _ = policy
-    groups = engine.generate(prompts, SamplingParams(n=4, temperature=temperature, max_new_tokens=24))
+    groups = engine.generate(prompts, SamplingParams(n=4, temperature=temperature, max_new_tokens=16))
     assert [len(g) for g in groups] == [4, 4]
     for g in groups:
         for c in g:
@@ -150,11 +160,12 @@ def test_greedy_tokens_match_the_hf_engine(engine, policy, prompts) -> None:
 
 
 @pytest.mark.vllm
-def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, prompts) -> None:
+def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, prompts, long_prompt) -> None:
     """Perturb the policy, push it: vLLM's greedy tokens and logprobs follow the new weights (the
-    same prompts again: a stale prefix cache would answer from the old weights); push the old
-    weights back: the old tokens return."""
+    same prompts again, one long enough for vLLM's prefix cache: a stale cache would answer from the
+    old weights); push the old weights back: the old tokens return."""
     model, tokenizer = policy
+    prompts = [prompts[0], long_prompt]
     hf = HFEngine(model, tokenizer)
     sync = VLLMWeightSync(engine)
     before = _greedy(engine, prompts)
@@ -171,7 +182,7 @@ def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, pro
         after = _greedy(engine, prompts)
         assert after != before
         assert after == _greedy(hf, prompts)
-        groups = engine.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=16))
+        groups = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=10))
         sampled, trainer = _trainer_logprobs(model, groups, engine.pad_id, 1.0)
         assert (sampled - trainer).abs().max() < TOLERANCE
         print(f"weight push (shm, server side): {sync.last_load_s:.2f} s")
@@ -189,7 +200,7 @@ def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
     from rlvr.config import load_config
     from rlvr.log import read_jsonl
 
-    steps = 3
+    steps = 2
     cfg = load_config(
         None,
         [
@@ -199,11 +210,12 @@ def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
             f"train.steps={steps}",
             "train.log_trajectories=true",
             "data.train_size=16",
-            "data.eval_size=4",
+            "data.eval_size=2",
             "eval.before=false",
+            "train.final_checkpoint=none",
             "rollout.prompts_per_step=2",
             "rollout.group_size=4",
-            "rollout.max_new_tokens=16",
+            "rollout.max_new_tokens=12",
             "algo.dynamic_sampling=false",
             "data.few_shot=[]",
             "rewards.workers=1",
@@ -229,7 +241,7 @@ def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
         versions.setdefault(record["step"], set()).add(record["policy_version"])
     assert versions == {step: {step - 1} for step in range(1, steps + 1)}
     assert engine.server.health()["version"] == steps
-    assert results["after"]["eval/size"] == 4
+    assert results["after"]["eval/size"] == 2
 
 
 @pytest.mark.vllm

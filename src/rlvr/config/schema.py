@@ -116,11 +116,17 @@ class VLLMConfig(Section):
     enforce_eager: bool = Field(
         True, description="No CUDA graphs / compilation (faster start; CPU needs it)."
     )
+    gpus: str | None = Field(
+        None,
+        description="CUDA_VISIBLE_DEVICES of the server (e.g. '1': a GPU other than the learner's); "
+        "None: inherited.",
+    )
     weight_transfer: Literal["auto", "shm", "nccl"] = Field(
         "auto",
-        description="How updated weights reach vLLM: shm (a file in rollout.vllm.shm_dir, CPU, same host), "
-        "nccl (a broadcast from the learner's GPU; not yet run on a GPU); auto: nccl when the policy is on "
-        "CUDA, else shm.",
+        description="How updated weights reach vLLM: shm (a file in rollout.vllm.shm_dir, same host, any "
+        "device), nccl (a broadcast from the learner's GPU to the server's, which must be another GPU; "
+        "not yet run on a GPU); auto: nccl when the policy is on CUDA and rollout.vllm.gpus is set, "
+        "else shm.",
     )
     shm_dir: str = Field("/dev/shm", description="Directory for the shm weight hand-over (memory-backed).")
     startup_timeout_s: float = Field(

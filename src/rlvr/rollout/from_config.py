@@ -33,9 +33,9 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
 
     v = cfg.rollout.vllm
     device = next(model.parameters()).device
-    transfer = (
-        v.weight_transfer if v.weight_transfer != "auto" else ("nccl" if device.type == "cuda" else "shm")
-    )
+    transfer = v.weight_transfer
+    if transfer == "auto":  # NCCL cannot join two ranks on one GPU: a server without its own GPU gets files
+        transfer = "nccl" if device.type == "cuda" and v.gpus is not None else "shm"
     if v.url:
         server = VLLMServer.connect(v.url, timeout_s=v.request_timeout_s)
     else:
@@ -53,14 +53,19 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
             transfer,
             "--enforce-eager" if v.enforce_eager else "--no-enforce-eager",
         ]
-        if device.type == "cpu":
+        if device.type == "cpu" and v.gpus is None:
             args += ["--kv-cache-bytes", str(int(v.kv_cache_gib * 2**30))]
         else:
             args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
         if v.llm_kwargs:
             args += ["--llm-kwargs", json.dumps(v.llm_kwargs)]
         server = VLLMServer.start(
-            python, args, log_dir, startup_timeout_s=v.startup_timeout_s, timeout_s=v.request_timeout_s
+            python,
+            args,
+            log_dir,
+            startup_timeout_s=v.startup_timeout_s,
+            timeout_s=v.request_timeout_s,
+            env={"CUDA_VISIBLE_DEVICES": v.gpus} if v.gpus is not None else None,
         )
     try:
         engine = VLLMEngine(

@@ -101,13 +101,17 @@ class VLLMServer:
         log_dir: Path | None = None,
         startup_timeout_s: float = 600.0,
         timeout_s: float = 1800.0,
+        env: dict[str, str] | None = None,
     ) -> VLLMServer:
-        """Start ``python vllm_server.py server_args`` and wait until it serves (or fails)."""
+        """Start ``python vllm_server.py server_args`` (``env`` added to this process's environment)
+        and wait until it serves (or fails)."""
         log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="rlvr-vllm-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / "vllm_server.log"
         ready = log_dir / f".vllm-ready-{os.getpid()}-{time.monotonic_ns()}.json"
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        env.update(extra)
         env.update(
             PYTHONSAFEPATH="1",  # the server file's directory (rlvr/rollout) stays off sys.path
             PYTHONUNBUFFERED="1",

@@ -229,7 +229,9 @@ class Server:
             self.llm.finish_weight_update(weight_version=str(version))
             self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
             self.version = version
-        return {"version": version, "seconds": time.perf_counter() - began}
+        seconds = time.perf_counter() - began
+        print(f"weight update to version {version} ({self.transfer}) took {seconds:.2f} s", flush=True)
+        return {"version": version, "seconds": seconds}
 
     def init_weight_transfer(self, req: dict[str, Any]) -> dict[str, Any]:
         with self.lock:

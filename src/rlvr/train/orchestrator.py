@@ -166,7 +166,9 @@ class Orchestrator:
             metrics = dict(collection.metrics)
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
+            pushed = time.perf_counter()
             self.sync.push(self.learner.weights(), self.learner.version)
+            metrics["time/sync_s"] = time.perf_counter() - pushed
         else:
             metrics["update/skipped"] = 1.0
         dt = time.perf_counter() - t0

@@ -69,7 +69,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--eval", type=int, default=20)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="rlvr-vllm-vs-hf-", dir=ROOT) as tmp:
+    (ROOT / "runs").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="vllm-vs-hf-", dir=ROOT / "runs") as tmp:
         results = {engine: summary(run(args, engine, Path(tmp))[0]) for engine in ("hf", "vllm")}
         log = (Path(tmp) / "vllm" / "vllm_server.log").read_text(errors="replace")
     print(f"\n{args.steps} steps, {args.prompts} prompts x {args.group} completions, <= {args.tokens} tokens")

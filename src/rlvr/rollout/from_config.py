@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from rlvr.config import RunConfig
-from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.hf_engine import HFEngine, _default_stop_ids
 
 
-def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer) -> HFEngine:
-    """``rollout.engine`` over ``model`` (today: the HF engine, sampling from the module it is given)."""
+def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir: Path | None = None):
+    """``rollout.engine`` over ``model``: the HF engine samples from the module it is given; the vLLM
+    engine starts (or reaches) a server loaded with ``model.name`` and is synced from ``model`` by a
+    :class:`~rlvr.rollout.vllm_engine.VLLMWeightSync`. ``log_dir`` holds the vLLM server's log."""
+    if cfg.rollout.engine == "vllm":
+        return build_vllm_engine(cfg, model, tokenizer, log_dir)
     return HFEngine(
         model,
         tokenizer,
@@ -17,3 +24,61 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer) -> HFEngine:
         seed=cfg.seed,
         packed_weights=cfg.rollout.packed_weights,
     )
+
+
+def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir: Path | None = None):
+    from rlvr.models import resolve_model_path
+    from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.rollout.vllm_process import VLLMServer, find_vllm_python
+
+    v = cfg.rollout.vllm
+    device = next(model.parameters()).device
+    transfer = v.weight_transfer
+    if transfer == "auto":  # NCCL cannot join two ranks on one GPU: a server without its own GPU gets files
+        transfer = "nccl" if device.type == "cuda" and v.gpus is not None else "shm"
+    if v.url:
+        server = VLLMServer.connect(v.url, timeout_s=v.request_timeout_s)
+    else:
+        python = find_vllm_python(v.python)
+        args = [
+            "--model",
+            resolve_model_path(cfg.model.name),
+            "--dtype",
+            cfg.model.dtype if v.dtype == "auto" else v.dtype,
+            "--seed",
+            str(cfg.seed),
+            "--max-model-len",
+            str(v.max_model_len),
+            "--weight-transfer",
+            transfer,
+            "--enforce-eager" if v.enforce_eager else "--no-enforce-eager",
+        ]
+        if device.type == "cpu" and v.gpus is None:
+            args += ["--kv-cache-bytes", str(int(v.kv_cache_gib * 2**30))]
+        else:
+            args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
+        if v.llm_kwargs:
+            args += ["--llm-kwargs", json.dumps(v.llm_kwargs)]
+        server = VLLMServer.start(
+            python,
+            args,
+            log_dir,
+            startup_timeout_s=v.startup_timeout_s,
+            timeout_s=v.request_timeout_s,
+            env={"CUDA_VISIBLE_DEVICES": v.gpus} if v.gpus is not None else None,
+        )
+    try:
+        engine = VLLMEngine(
+            server,
+            tokenizer,
+            _default_stop_ids(model, tokenizer),
+            seed=cfg.seed,
+            weight_transfer=transfer,
+            shm_dir=v.shm_dir,
+        )
+        if v.url:  # a running server holds whatever it was given last: give it this policy
+            engine.update_weights(model, 0)
+        return engine
+    except BaseException:
+        server.close()
+        raise

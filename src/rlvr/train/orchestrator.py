@@ -34,6 +34,7 @@ from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.models.precision import precision_of
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
+from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.async_collect import AsyncCollector, CopySync
 from rlvr.train.budget import over_budget
@@ -96,14 +97,18 @@ class Orchestrator:
         self.pipeline: AsyncCollector | None = None
         rollout_dtype = precision_of(cfg).rollout_dtype
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
-        if self.fsdp and rollout_dtype is not None:
+        if self.fsdp and (rollout_dtype is not None or cfg.rollout.engine == "vllm"):
             raise RlvrError(
-                "train.distributed=fsdp2 with a low-precision sampling copy (rollout.weights_dtype, or its "
-                "auto under model.precision=bf16-mixed) is not supported yet: checkpoints are written "
-                "from the full copy. Set rollout.weights_dtype=policy, or use train.distributed=ddp"
+                "train.distributed=fsdp2 with a separate sampling copy (rollout.engine=vllm, or "
+                "rollout.weights_dtype / its auto under model.precision=bf16-mixed) is not supported yet: "
+                "checkpoints are written from the full copy. Set rollout.weights_dtype=policy and "
+                "rollout.engine=hf, or use train.distributed=ddp"
             )
-        self.sync: InProcessSync | CopySync | FullCopySync
-        if not self.fsdp and cfg.train.max_staleness is None and rollout_dtype is None:
+        self.sync: InProcessSync | CopySync | FullCopySync | VLLMWeightSync
+        if cfg.rollout.engine == "vllm":  # a server with its own copy of the weights, sync or async
+            engine = build_engine(cfg, policy, self.tokenizer, log_dir=self.run_dir)
+            self.sync = VLLMWeightSync(engine)
+        elif not self.fsdp and cfg.train.max_staleness is None and rollout_dtype is None:
             # In one process the engine samples from the learner's own module: syncing copies nothing.
             engine = build_engine(cfg, policy, self.tokenizer)
             self.sync = InProcessSync(engine)
@@ -223,7 +228,9 @@ class Orchestrator:
         metrics.update(skip_metrics(collection.seen, collection.kept))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
+            pushed = time.perf_counter()
             self.sync.push(self.learner.weights(), self.learner.version)
+            metrics["time/sync_s"] = time.perf_counter() - pushed
         else:
             metrics["update/skipped"] = 1.0
         dt = time.perf_counter() - t0

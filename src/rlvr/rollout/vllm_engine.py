@@ -1,0 +1,239 @@
+"""The vLLM rollout engine: generation in a vLLM server process, weights pushed after every update.
+
+:class:`VLLMEngine` is a :class:`~rlvr.rollout.base.RolloutEngine`: token ids in, token ids and the
+logprob of every sampled token out (vLLM's ``processed_logprobs``: under the temperature-scaled
+distribution, as the HF engine and the trainer compute them), with ``finish_reason`` "stop" (a stop
+token, kept as the last token), "stop_string" (the token completing a stop string, kept) or
+"length". Nothing is re-tokenized; ``text`` is decoded here for rewards, as the HF engine does.
+
+:class:`VLLMWeightSync` is the :class:`~rlvr.train.weight_sync.WeightSync` for it: after each update
+it sends the learner's named parameters (HF names; vLLM's ``load_weights`` maps them onto its
+fused layers) and the version; the server pauses generation, loads, resets its prefix cache and
+resumes, and stamps every later reply with that version.
+
+Transports (``rollout.vllm.weight_transfer``):
+
+- ``shm`` (CPU, same host): the parameters are written with ``torch.save`` to a file in
+  ``/dev/shm`` (memory), the server maps and loads it, the file is removed. Verified on CPU.
+- ``nccl`` (GPU): vLLM's NCCL weight-transfer backend; this process joins its NCCL group as rank 0
+  with an ``ncclUniqueId`` (torch only, no vLLM here) and broadcasts every parameter while the
+  server receives. Written, not yet run on a GPU.
+
+Sampling seeds: each call draws one seed from :attr:`generator` (checkpointed with the run), so a
+resumed run asks vLLM for the same seeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.errors import RlvrError
+from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
+
+
+class VLLMEngine:
+    """Generates through a vLLM server (started by rlvr or reached by URL)."""
+
+    def __init__(
+        self,
+        server: VLLMServer,
+        tokenizer,
+        stop_token_ids: list[int],
+        seed: int = 0,
+        weight_transfer: str = "shm",
+        shm_dir: str = "/dev/shm",
+    ) -> None:
+        self.server = server
+        self.tokenizer = tokenizer
+        self.stop_token_ids = sorted(set(stop_token_ids))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.weight_transfer = weight_transfer
+        self.shm_dir = Path(shm_dir)
+        self.lock = threading.RLock()  # a weight push and a generate call never interleave here either
+        self._nccl: _NcclSender | None = None
+        self._pushes = itertools.count()
+        self.policy_version = int(server.health()["version"])
+
+    # ----------------------------------------------------------------------------- generation
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        if params.self_certainty:
+            raise RlvrError(
+                "the self_certainty reward needs each token's full next-token distribution, which the "
+                "vLLM engine does not return; use rollout.engine=hf with it"
+            )
+        if not prompts:
+            return []
+        body = {
+            "prompts": [list(map(int, p)) for p in prompts],
+            "n": params.n,
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            # the HF engine ignores every stop token with ignore_eos; vLLM would still stop at these
+            "stop_token_ids": [] if params.ignore_eos else self.stop_token_ids,
+            "stop": list(params.stop_strings),
+            "ignore_eos": params.ignore_eos,
+            "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)),
+        }
+        with self.lock:
+            reply = self.server.request("POST", "/generate", body)
+        if reply["version"] != self.policy_version:
+            raise VLLMServerError(
+                f"the vLLM server sampled with policy version {reply['version']}, but this engine was "
+                f"last synced to version {self.policy_version}: is another trainer using the same server?"
+            )
+        groups = []
+        for p, (prompt, outputs) in enumerate(zip(prompts, reply["outputs"], strict=True)):
+            group = []
+            for out in outputs:
+                ids, finish = out["token_ids"], _finish_reason(out)
+                text_ids = ids[:-1] if finish == "stop" else ids
+                group.append(
+                    Completion(
+                        prompt_index=p,
+                        prompt_ids=list(prompt),
+                        token_ids=ids,
+                        logprobs=out["logprobs"],
+                        finish_reason=finish,
+                        text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
+                    )
+                )
+            groups.append(group)
+        return groups
+
+    # ----------------------------------------------------------------------------- weights
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.update_weights(model, self.policy_version)
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> float:
+        """Send ``model``'s parameters to the server as policy ``version``; the server's load time (s)."""
+        with self.lock:
+            if self.weight_transfer == "nccl":
+                if self._nccl is None:
+                    self._nccl = _NcclSender(self.server, next(model.parameters()).device)
+                reply = self._nccl.send(model, version)
+            else:
+                reply = self._send_shm(model, version)
+            self.policy_version = int(reply["version"])
+        return float(reply.get("seconds", 0.0))
+
+    def _send_shm(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
+        if not self.shm_dir.is_dir():
+            raise RlvrError(f"rollout.vllm.shm_dir={self.shm_dir} is not a directory")
+        path = self.shm_dir / f"rlvr-vllm-{os.getpid()}-{next(self._pushes)}.pt"
+        tmp = path.with_suffix(".tmp")
+        try:
+            weights = {name: p.detach().to("cpu") for name, p in model.named_parameters()}
+            torch.save(weights, tmp)
+            os.replace(tmp, path)
+            return self.server.request(
+                "POST", "/update_weights", {"version": version, "transport": "shm", "path": str(path)}
+            )
+        finally:
+            tmp.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class VLLMWeightSync:
+    """:class:`~rlvr.train.weight_sync.WeightSync` into a :class:`VLLMEngine`'s server."""
+
+    def __init__(self, engine: VLLMEngine) -> None:
+        self.engine = engine
+        self.last_load_s = 0.0
+
+    def push(self, model: torch.nn.Module, version: int) -> None:
+        self.last_load_s = self.engine.update_weights(model, version)
+
+    @property
+    def version(self) -> int:
+        return self.engine.policy_version
+
+
+def _finish_reason(out: dict[str, Any]) -> str:
+    reason = out["finish_reason"]
+    if reason == "length":
+        return "length"
+    if reason == "stop":
+        return "stop_string" if isinstance(out.get("stop_reason"), str) else "stop"
+    raise VLLMServerError(f"vLLM ended a completion with finish_reason={reason!r}")
+
+
+class _NcclSender:
+    """Rank 0 of vLLM's NCCL weight-transfer group, joined with torch alone (``torch.cuda.nccl``):
+    vLLM's unique-id rendezvous is meant for trainers without vLLM. The server's side is vLLM's own
+    ``NCCLWeightTransferEngine`` (unpacked: one broadcast per parameter, in the order of the names
+    sent with the update). TO VERIFY ON GPU: nothing here has run on one."""
+
+    def __init__(self, server: VLLMServer, device: torch.device) -> None:
+        if device.type != "cuda":
+            raise RlvrError(
+                "rollout.vllm.weight_transfer=nccl needs the policy on a CUDA device (model.device)"
+            )
+        import torch.cuda.nccl as nccl
+
+        self.server, self.device, self.nccl = server, device, nccl
+        uid = nccl.unique_id()
+        init_info = {
+            "nccl_unique_id_b64": base64.b64encode(uid).decode(),
+            "rank_offset": 1,
+            "world_size": 2,
+            "packed": False,
+        }
+        # both ranks must be inside ncclCommInitRank at once: the server's call runs beside ours
+        result = _in_thread(lambda: server.request("POST", "/init_weight_transfer", {"init_info": init_info}))
+        with torch.cuda.device(device):
+            self.comm = nccl.init_rank(2, uid, 0)
+            warm = torch.zeros(1, device=device)  # the one-element all_reduce vLLM's side issues first
+            nccl.all_reduce([warm], comms=[self.comm])
+            torch.cuda.synchronize(device)
+        result()
+
+    def send(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
+        params = [(name, p.detach().contiguous()) for name, p in model.named_parameters()]
+        body = {
+            "version": version,
+            "transport": "nccl",
+            "names": [name for name, _ in params],
+            "dtype_names": [str(p.dtype).removeprefix("torch.") for _, p in params],
+            "shapes": [list(p.shape) for _, p in params],
+        }
+        result = _in_thread(lambda: self.server.request("POST", "/update_weights", body))
+        with torch.cuda.device(self.device):
+            for _, tensor in params:
+                self.nccl.broadcast([tensor], root=0, comms=[self.comm])
+            torch.cuda.synchronize(self.device)
+        return result()
+
+
+def _in_thread(call):
+    """Run ``call`` in a thread; return a function that waits for it and returns (or raises) its result."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as err:  # re-raised in the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait() -> Any:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return wait

@@ -54,11 +54,19 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
     cfg = load_config(None, [*TINY_RUN, "optim.warmup_steps=0", *case["overrides"]])
     torch.manual_seed(cfg.seed)
     policy = load_model(cfg.model.name)
+    if cfg.model.lora.r:
+        from rlvr.models.lora import apply_lora
+
+        policy = apply_lora(policy, cfg.model.lora)
     if ranks.active and case.get("mode") == "fsdp2":
         shard_policy(policy)  # before the learner builds its optimizer over the shards
     learner = Learner(cfg, policy, pad_id=0)
     if ranks.active:
         distribute_learner(learner, ranks, case.get("mode", "ddp"))
+    named = list(learner.model.named_parameters())
+    if learner.critic is not None:
+        named += [(f"critic.{n}", p) for n, p in learner.critic.module().named_parameters()]
+    start = {n: full(p.detach()).clone() for n, p in named}
     metrics = []
     for step in range(case.get("updates", 1)):
         groups = synthetic_groups(case["groups"], case.get("size", 4), seed=100 + step)
@@ -66,19 +74,12 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
         if case.get("dropped"):  # dynamic sampling dropped some groups: loss_norm=sampled scales
             sampled = groups + synthetic_groups(case["dropped"], case.get("size", 4), seed=900 + step)
         metrics.append(learner.update(groups, sampled))
-    named = list(learner.model.named_parameters())
-    if learner.critic is not None:
-        named += [(f"critic.{n}", p) for n, p in learner.critic.module().named_parameters()]
     return {
+        "start": start,
         "params": {n: full(p.detach()).clone() for n, p in named},
         "grads": {n: full(p.grad.detach()).clone() for n, p in named if p.grad is not None},
         "metrics": metrics,
     }
-
-
-def initial_params() -> dict[str, torch.Tensor]:
-    """The policy's parameters before any update."""
-    return {n: p.detach() for n, p in load_model("tiny-random").named_parameters()}
 
 
 def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001

@@ -109,7 +109,9 @@ main()
 """
 
 
-@pytest.mark.parametrize("failure", ["writer", "free_space"])
+@pytest.mark.parametrize(  # the free-space path is also covered in-process above
+    "failure", ["writer", pytest.param("free_space", marks=pytest.mark.slow)]
+)
 def test_cli_exits_74_naming_the_checkpoint_and_marks_the_step(tmp_path, failure) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
     args = [*TINY_RUN, f"output_dir={tmp_path}", "name=full", "train.steps=3", "train.save_every=1"]

@@ -78,7 +78,9 @@ def test_ctrl_c_in_reward(tmp_path) -> None:
     assert _one_line(after) == ["interrupted"]
 
 
-@pytest.mark.parametrize("marker", ["rlvr train", "eval     greedy"])  # the header's first and last lines
+@pytest.mark.parametrize(  # the header's first and last lines
+    "marker", ["rlvr train", pytest.param("eval     greedy", marks=pytest.mark.slow)]
+)
 def test_ctrl_c_at_training_start_up_keeps_nothing(tmp_path, marker) -> None:
     args = ["train", "model.name=tiny-random", "data.train_size=16", "rewards.workers=1", SLOW_REWARD]
     code, _, after = interrupt_after(marker, [*args, f"output_dir={tmp_path / 'runs'}", "name=r"], tmp_path)

@@ -11,8 +11,11 @@ Implementations:
   engine): nothing is copied; the engine drops what it derived from the old weights (packed
   copies) and takes the new version.
 
-A vLLM server (its own weight-update API) or a file-based hand-over are further implementations
-of the same two-method protocol; the orchestrator does not change.
+- :class:`~rlvr.train.async_collect.CopySync` — the engine samples from its own copy in this process.
+- :class:`~rlvr.rollout.vllm_engine.VLLMWeightSync` — the engine is a vLLM server process; the
+  weights go through vLLM's weight-transfer API (a /dev/shm file on CPU, NCCL on GPU).
+
+All implement the same two-method protocol; the orchestrator does not change.
 """
 
 from __future__ import annotations

@@ -262,6 +262,9 @@ def _start_training(tmp_path, name: str, *extra: str) -> subprocess.Popen:
         text=True,
         env=env,
         start_new_session=True,
+        # a shell's background job starts with SIGINT ignored, and Python keeps it so: give the run
+        # Ctrl-C's default, as a terminal would
+        preexec_fn=_default_sigint,
     )
 
 
@@ -324,3 +327,9 @@ def test_sigterm_checkpoints_the_step_and_resume_continues(tmp_path, monkeypatch
         cwd=tmp_path,
     )
     assert resumed.returncode == 0 and f"resumedfrom{checkpoint}" in "".join(resumed.stderr.split())
+
+
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -104,6 +104,8 @@ def discover(runs: list[Run]) -> list[Panel]:
         True,
     )
     add("entropy", "Entropy", "train", _take(t, used, lambda k: "entropy" in k))
+    mismatch = _take(t, used, lambda k: k.startswith("mismatch/"))  # model.precision: sampler vs trainer
+    add("mismatch", "Sampler/trainer mismatch (logprobs)", "train", mismatch)
     add("kl", "KL", "train", _take(t, used, lambda k: bool(_KL.search(k))))
     add("clip", "Clip fraction", "train", _take(t, used, lambda k: bool(_CLIP.search(k))), True)
     add("length", "Response length (tokens)", "train", _take(t, used, "completion/mean_length".__eq__))

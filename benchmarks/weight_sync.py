@@ -58,9 +58,8 @@ def main() -> None:
             HFEngine(load_model("smollm2-135m-instruct").eval().to(torch.bfloat16), tokenizer)
         ),
     }
-    results: dict[str, list[float]] = {}
-    for name, make in syncs.items():
-        sync = make()
+
+    def time_pushes(sync) -> list[float]:  # noqa: ANN001 (any WeightSync)
         sync.push(policy, 0)  # warm-up
         times = []
         for version in range(1, args.reps + 1):
@@ -68,8 +67,9 @@ def main() -> None:
             start = time.perf_counter()
             sync.push(policy, version)
             times.append(time.perf_counter() - start)
-        results[name] = times
-        del sync
+        return times
+
+    results = {name: time_pushes(make()) for name, make in syncs.items()}
     if not args.no_vllm:
         cfg = load_config(None, ["rollout.engine=vllm"])
         with tempfile.TemporaryDirectory() as logs:
@@ -77,15 +77,7 @@ def main() -> None:
 
             engine = build_engine(cfg, policy, tokenizer, log_dir=Path(logs))
             try:
-                sync = VLLMWeightSync(engine)
-                sync.push(policy, 0)
-                times = []
-                for version in range(1, args.reps + 1):
-                    nudge()
-                    start = time.perf_counter()
-                    sync.push(policy, version)
-                    times.append(time.perf_counter() - start)
-                results["vllm shm"] = times
+                results["vllm shm"] = time_pushes(VLLMWeightSync(engine))
             finally:
                 engine.close()
     print(

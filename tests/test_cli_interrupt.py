@@ -36,7 +36,7 @@ def interrupt_after(marker: str, args: list[str], cwd: Path) -> tuple[int, str, 
         start_new_session=True,
         # a shell's background job starts with SIGINT ignored, and Python keeps it so: give the run
         # Ctrl-C's default, as a terminal would
-        preexec_fn=_default_sigint,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
@@ -94,9 +94,3 @@ def test_ctrl_c_at_training_start_up_keeps_nothing(tmp_path, marker) -> None:
         ["interrupted before the first training step; nothing of the run was kept"],
     )
     assert not (tmp_path / "runs").exists()
-
-
-def _default_sigint() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -11,7 +11,7 @@ from rlvr import api
 from rlvr.config import load_config
 from rlvr.errors import RlvrError
 from rlvr.models import load_model
-from rlvr.models.lora import apply_lora, has_adapters, trainable_parameters
+from rlvr.models.lora import apply_lora, has_adapters, merged_weights, trainable_parameters
 from rlvr.models.packed import packed_decode_available
 from rlvr.rollout import HFEngine, SamplingParams
 
@@ -86,3 +86,26 @@ def test_a_bad_target_module_is_a_config_error(tmp_path):
     cfg = _cfg(tmp_path, "model.lora.target_modules=[no_such_proj]")
     with pytest.raises(RlvrError, match="model.lora.target_modules"):
         apply_lora(load_model("tiny-random"), cfg.model.lora)
+
+
+def test_merged_weights_are_the_merged_model_under_plain_names():
+    """What the vLLM engine's merged sync sends: merge_and_unload's parameters, by the plain model's
+    names, computed without changing the adapter model; merge=False gives the untouched base."""
+    import copy
+
+    cfg = load_config(None, [*TINY_RUN, *LORA])
+    plain = load_model("tiny-random")
+    names = [n for n, _ in plain.named_parameters()]
+    base = {n: p.detach().clone() for n, p in plain.named_parameters()}
+    policy = apply_lora(plain, cfg.model.lora)
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    merged = dict(copy.deepcopy(policy).merge_and_unload().named_parameters())
+    weights = merged_weights(policy)
+    assert list(weights) == names
+    changed = [n for n in names if not torch.equal(weights[n], base[n])]
+    assert changed and all(torch.allclose(weights[n], merged[n], atol=1e-6) for n in names)
+    assert all(torch.equal(t, base[n]) for n, t in merged_weights(policy, merge=False).items())
+    assert has_adapters(policy)  # untouched

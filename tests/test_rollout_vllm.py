@@ -11,6 +11,8 @@ one the HF engine's own test uses.
 from __future__ import annotations
 
 import ast
+import copy
+import os
 import signal
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError, find_vllm_pyt
 
 MODEL = "smollm2-135m-instruct"
 TOLERANCE = 2e-3  # max |vLLM - trainer| logprob per token, fp32 on both sides
+LORA_RANK = 8
 QUESTIONS = ["What is 17 + 25? Answer with a number.", "Name three colours."]
 
 
@@ -69,11 +72,14 @@ def test_a_server_that_fails_to_start_is_an_error_with_its_log(tmp_path) -> None
         VLLMServer.start(Path(sys.executable), ["--model", str(tmp_path)], tmp_path, startup_timeout_s=120)
 
 
-def test_config_refuses_lora_with_vllm() -> None:
+def test_config_takes_lora_with_vllm_up_to_vllms_largest_rank() -> None:
     from rlvr.config import load_config
 
-    with pytest.raises(Exception, match="LoRA adapters to vLLM is not built"):
-        load_config(None, ["rollout.engine=vllm", "model.lora.r=8"])
+    cfg = load_config(None, ["rollout.engine=vllm", "model.lora.r=8"])
+    assert cfg.rollout.vllm.lora_sync == "adapter"
+    with pytest.raises(Exception, match="rollout.vllm.lora_sync=merged"):
+        load_config(None, ["rollout.engine=vllm", "model.lora.r=1024"])
+    assert load_config(None, ["rollout.engine=vllm", "model.lora.r=1024", "rollout.vllm.lora_sync=merged"])
 
 
 # ----------------------------------------------------------------------------- with vLLM
@@ -92,13 +98,31 @@ def engine(policy, tmp_path_factory):
 
     _vllm_python()
     model, tokenizer = policy
-    cfg = load_config(
-        None, [f"model.name={MODEL}", "seed=3", "rollout.engine=vllm", "rollout.vllm.max_model_len=512"]
-    )
+    # model.lora.r starts the server with LoRA on (--max-lora-rank), so the adapter tests share it;
+    # the full-weight tests push a model without adapters, which drops any adapter the server holds
+    overrides = [f"model.name={MODEL}", "seed=3", "rollout.engine=vllm", "rollout.vllm.max_model_len=512"]
+    cfg = load_config(None, [*overrides, f"model.lora.r={LORA_RANK}"])
     engine = build_engine(cfg, model, tokenizer, log_dir=tmp_path_factory.mktemp("vllm"))
     yield engine
     engine.close()
     assert engine.server.process is None  # stopped
+
+
+@pytest.fixture(scope="module")
+def adapted(policy):
+    """The policy under LoRA adapters whose B matrices are random (PEFT starts them at zero): a
+    policy whose greedy answers differ from the base model's."""
+    from rlvr.config.schema import LoraConfig
+    from rlvr.models.lora import apply_lora
+
+    model, _ = policy
+    peft_model = apply_lora(copy.deepcopy(model), LoraConfig(r=LORA_RANK, alpha=16.0))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+    return peft_model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -193,21 +217,51 @@ def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, pro
 
 
 @pytest.mark.vllm
-def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
-    """A short GRPO run sampling from the shared server (by URL): every step samples with the weights
-    of the previous update (each trajectory's policy_version, and the logprob gap to the trainer)."""
+@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+def test_lora_push_changes_vllm_as_it_changes_the_policy(
+    engine, policy, adapted, prompts, long_prompt, lora_sync, monkeypatch
+) -> None:
+    """Push a LoRA policy (only its adapters, through vLLM's add_lora; or its merged weights): vLLM's
+    greedy tokens become the HF engine's under the adapters and its logprobs the trainer's; pushing
+    the plain policy afterwards drops the adapter and restores the base answers."""
+    model, tokenizer = policy
+    prompts = [prompts[0], long_prompt]
+    monkeypatch.setattr(engine, "lora_sync", lora_sync)
+    sync = VLLMWeightSync(engine)
+    version = engine.policy_version
+    base = _greedy(engine, prompts)
+    sync.push(adapted, version + 1)
+    health = engine.server.health()
+    assert health["version"] == version + 1
+    assert health["lora"] == (f"policy-v{version + 1}" if lora_sync == "adapter" else None)
+    after = _greedy(engine, prompts)
+    assert after != base
+    assert after == _greedy(HFEngine(adapted, tokenizer), prompts)
+    groups = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=10))
+    sampled, trainer = _trainer_logprobs(adapted, groups, engine.pad_id, 1.0)
+    diff = (sampled - trainer).abs()
+    print(f"LoRA {lora_sync}: push {sync.last_load_s:.2f} s (server side), max |diff| {diff.max():.2e}")
+    assert diff.max() < TOLERANCE
+    sync.push(model, version + 2)
+    assert engine.server.health()["lora"] is None
+    assert _greedy(engine, prompts) == base
+    assert not list(engine.shm_dir.glob(f"rlvr-vllm-{os.getpid()}-*"))  # no adapter left behind
+
+
+def _grpo_on_vllm(engine, tmp_path, *extra: str) -> tuple[list[dict], dict[int, set[int]], dict]:
+    """A 2-step GRPO run sampling from the shared server (by URL): (train rows, the policy versions
+    of each step's trajectories, the held-out results)."""
     from rlvr import api
     from rlvr.config import load_config
     from rlvr.log import read_jsonl
 
-    steps = 2
     cfg = load_config(
         None,
         [
             f"output_dir={tmp_path}",
             "name=vllm",
             f"model.name={MODEL}",
-            f"train.steps={steps}",
+            "train.steps=2",
             "train.log_trajectories=true",
             "data.train_size=16",
             "data.eval_size=2",
@@ -223,12 +277,28 @@ def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
             "optim.lr=1e-5",
             "rollout.engine=vllm",
             f"rollout.vllm.url={engine.server.url}",
+            *extra,
         ],
     )
     results = api.train(cfg, quiet=True)
     run = tmp_path / "vllm"
     rows = [r for r in read_jsonl(run / "metrics.jsonl") if r["phase"] == "train"]
-    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    versions: dict[int, set[int]] = {}
+    for record in read_jsonl(run / "trajectories.jsonl"):
+        versions.setdefault(record["step"], set()).add(record["policy_version"])
+    return rows, versions, results
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_grpo_trains_with_the_vllm_engine(engine, tmp_path, lora) -> None:
+    """Every step samples with the weights of the previous update (each trajectory's policy_version,
+    and the logprob gap to the trainer). With LoRA only the adapters travel after each update, and
+    the learning rate is high enough that an adapter left behind would show in that gap (it moves
+    the logprobs of step 2's tokens by more than 1e-3)."""
+    extra = [f"model.lora.r={LORA_RANK}", "optim.lr=5e-3", "optim.warmup_steps=0"] if lora else []
+    rows, versions, results = _grpo_on_vllm(engine, tmp_path, *extra)
+    assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert row["reward/errors"] == 0.0
         assert 0.0 <= row["reward/mean"] <= 1.01
@@ -236,11 +306,10 @@ def test_grpo_trains_with_the_vllm_engine(engine, tmp_path) -> None:
         assert torch.isfinite(torch.tensor(row["update/loss"]))
         # the engine sampled from exactly the weights the trainer scores with
         assert row["update/sampler_logprob_diff"] < 1e-3
-    versions: dict[int, set[int]] = {}
-    for record in read_jsonl(run / "trajectories.jsonl"):
-        versions.setdefault(record["step"], set()).add(record["policy_version"])
-    assert versions == {step: {step - 1} for step in range(1, steps + 1)}
-    assert engine.server.health()["version"] == steps
+    assert versions == {1: {0}, 2: {1}}
+    health = engine.server.health()
+    assert health["version"] == 2
+    assert health["lora"] == ("policy-v2" if lora else None)
     assert results["after"]["eval/size"] == 2
 
 

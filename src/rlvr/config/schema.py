@@ -147,7 +147,15 @@ class VLLMConfig(Section):
         "not yet run on a GPU); auto: nccl when the policy is on CUDA and rollout.vllm.gpus is set, "
         "else shm.",
     )
-    shm_dir: str = Field("/dev/shm", description="Directory for the shm weight hand-over (memory-backed).")
+    shm_dir: str = Field(
+        "/dev/shm", description="Directory for the shm weight and adapter hand-over (memory-backed)."
+    )
+    lora_sync: Literal["adapter", "merged"] = Field(
+        "adapter",
+        description="With model.lora.r > 0, what reaches vLLM after an update: adapter (only the LoRA "
+        "adapters, loaded by vLLM's add_lora; the server is started with LoRA on) or merged (the base "
+        "weights with the adapters added, through rollout.vllm.weight_transfer).",
+    )
     startup_timeout_s: float = Field(
         600.0, gt=0, description="Longest wait for the server to load the model."
     )
@@ -551,10 +559,11 @@ class RunConfig(Section):
                 "model.precision=fp16-mixed with algo.critic.kind=separate is not supported (the loss "
                 "scaler covers the policy's optimizer only): use bf16-mixed, or algo.critic.kind=head"
             )
-        if self.rollout.engine == "vllm" and self.model.lora.r:
+        adapters_to_vllm = self.rollout.engine == "vllm" and self.rollout.vllm.lora_sync == "adapter"
+        if adapters_to_vllm and self.model.lora.r > 512:
             raise ValueError(
-                "rollout.engine=vllm with model.lora.r > 0: pushing LoRA adapters to vLLM is not built; "
-                "use rollout.engine=hf, or train every weight (model.lora.r=0)"
+                f"model.lora.r={self.model.lora.r} is above the largest LoRA rank vLLM serves (512): "
+                "set rollout.vllm.lora_sync=merged to send merged weights instead"
             )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")

@@ -67,6 +67,35 @@ def save_lora(model: torch.nn.Module, directory: Path) -> None:
     merged.save_pretrained(directory / "model", safe_serialization=True)
 
 
+def merged_weights(model: torch.nn.Module, merge: bool = True) -> dict[str, torch.Tensor]:
+    """The base model's parameters under their plain transformers names, each adapted layer's weight
+    with its adapters added (``W + scale · B A``), computed without touching ``model``: what
+    ``merge_and_unload`` would save, for an engine that cannot take adapters (vLLM's merged sync).
+    ``merge=False``: the base weights alone. A model without adapters gives its own parameters."""
+    if not has_adapters(model):
+        return {name: p.detach() for name, p in model.named_parameters()}
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    adapted: dict[str, LoraLayer] = {  # the base layer's weight name → its adapted layer
+        f"{name}.base_layer.weight": module
+        for name, module in base.named_modules()
+        if isinstance(module, LoraLayer) and not module.merged
+    }
+    weights: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, p in base.named_parameters():  # in the model's order, adapters left out
+            if ".lora_" in name:
+                continue
+            weight = p.detach()
+            module = adapted.get(name)
+            for adapter in module.active_adapters if module is not None and merge else ():
+                if adapter in module.lora_A:
+                    weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+            weights[name.replace(".base_layer.", ".")] = weight
+    return weights
+
+
 def trainable_parameters(model: torch.nn.Module) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

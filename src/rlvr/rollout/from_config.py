@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import RunConfig
+from rlvr.errors import RlvrError
 from rlvr.rollout.hf_engine import HFEngine, _default_stop_ids
 
 
@@ -57,6 +58,8 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
             args += ["--kv-cache-bytes", str(int(v.kv_cache_gib * 2**30))]
         else:
             args += ["--gpu-memory-utilization", str(v.gpu_memory_utilization)]
+        if cfg.model.lora.r and v.lora_sync == "adapter":
+            args += ["--max-lora-rank", str(cfg.model.lora.r)]
         if v.llm_kwargs:
             args += ["--llm-kwargs", json.dumps(v.llm_kwargs)]
         server = VLLMServer.start(
@@ -75,10 +78,25 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
             seed=cfg.seed,
             weight_transfer=transfer,
             shm_dir=v.shm_dir,
+            lora_sync=v.lora_sync,
         )
         if v.url:  # a running server holds whatever it was given last: give it this policy
-            engine.update_weights(model, 0)
+            _check_lora(engine, cfg)
+            engine.load_policy(model, 0)
         return engine
     except BaseException:
         server.close()
         raise
+
+
+def _check_lora(engine, cfg: RunConfig) -> None:
+    """A server reached by URL must take adapters of the policy's rank when they are to be pushed."""
+    if not cfg.model.lora.r or cfg.rollout.vllm.lora_sync != "adapter":
+        return
+    served = int(engine.server.health().get("max_lora_rank") or 0)
+    if served < cfg.model.lora.r:
+        raise RlvrError(
+            f"rollout.vllm.url={cfg.rollout.vllm.url} serves LoRA adapters up to rank {served}, and "
+            f"model.lora.r={cfg.model.lora.r}: start that server with --max-lora-rank "
+            f"{cfg.model.lora.r}, or set rollout.vllm.lora_sync=merged"
+        )

@@ -11,7 +11,13 @@ it sends the learner's named parameters (HF names; vLLM's ``load_weights`` maps 
 fused layers) and the version; the server pauses generation, loads, resets its prefix cache and
 resumes, and stamps every later reply with that version.
 
-Transports (``rollout.vllm.weight_transfer``):
+LoRA (``model.lora.r > 0``; ``rollout.vllm.lora_sync``): ``adapter`` (the default) writes only the
+adapters, in PEFT's format, to a directory in ``rollout.vllm.shm_dir`` and the server loads them with
+vLLM's ``add_lora`` as the adapter of every later request (a few MB instead of the whole model; the
+server's base weights never change). ``merged`` sends the base weights with the adapters added
+(:func:`rlvr.models.lora.merged_weights`) through the transport below, for a server without LoRA.
+
+Transports of full weights (``rollout.vllm.weight_transfer``):
 
 - ``shm`` (CPU, same host): the parameters are written with ``torch.save`` to a file in
   ``/dev/shm`` (memory), the server maps and loads it, the file is removed. Verified on CPU.
@@ -28,6 +34,7 @@ from __future__ import annotations
 import base64
 import itertools
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -35,6 +42,7 @@ from typing import Any
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.models.lora import has_adapters, merged_weights
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
 
@@ -50,6 +58,7 @@ class VLLMEngine:
         seed: int = 0,
         weight_transfer: str = "shm",
         shm_dir: str = "/dev/shm",
+        lora_sync: str = "adapter",
     ) -> None:
         self.server = server
         self.tokenizer = tokenizer
@@ -58,6 +67,8 @@ class VLLMEngine:
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.weight_transfer = weight_transfer
         self.shm_dir = Path(shm_dir)
+        self.lora_sync = lora_sync
+        self._adapter_dir: Path | None = None  # the adapter the server holds (vLLM may read it again)
         self.lock = threading.RLock()  # a weight push and a generate call never interleave here either
         self._nccl: _NcclSender | None = None
         self._pushes = itertools.count()
@@ -114,26 +125,40 @@ class VLLMEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.update_weights(model, self.policy_version)
 
+    def load_policy(self, model: torch.nn.Module, version: int) -> None:
+        """Give a server that holds unknown weights (one reached by URL) the whole policy: with
+        adapter sync, the base weights first and then the adapters; else as :meth:`update_weights`."""
+        if has_adapters(model) and self.lora_sync == "adapter":
+            self.push_weights(merged_weights(model, merge=False), version)
+        self.update_weights(model, version)
+
     def update_weights(self, model: torch.nn.Module, version: int) -> float:
-        """Send ``model``'s parameters to the server as policy ``version``; the server's load time (s)."""
+        """Send ``model``'s weights to the server as policy ``version``; the server's load time (s).
+
+        An adapter model sends its adapters (``lora_sync=adapter``) or its merged weights."""
         with self.lock:
-            if self.weight_transfer == "nccl":
-                if self._nccl is None:
-                    self._nccl = _NcclSender(self.server, next(model.parameters()).device)
-                reply = self._nccl.send(model, version)
-            else:
-                reply = self._send_shm(model, version)
+            if has_adapters(model) and self.lora_sync == "adapter":
+                reply = self._send_adapter(model, version)
+            else:  # full weights: the server drops any adapter it held
+                reply = self.push_weights(merged_weights(model), version)
+                self._drop_adapter_dir()
             self.policy_version = int(reply["version"])
         return float(reply.get("seconds", 0.0))
 
-    def _send_shm(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
-        if not self.shm_dir.is_dir():
-            raise RlvrError(f"rollout.vllm.shm_dir={self.shm_dir} is not a directory")
-        path = self.shm_dir / f"rlvr-vllm-{os.getpid()}-{next(self._pushes)}.pt"
+    def push_weights(self, weights: dict[str, torch.Tensor], version: int) -> dict[str, Any]:
+        """Send full weights (HF names → tensors) as policy ``version``; the server's reply."""
+        with self.lock:
+            if self.weight_transfer == "nccl":
+                if self._nccl is None:
+                    self._nccl = _NcclSender(self.server, next(iter(weights.values())).device)
+                return self._nccl.send(weights, version)
+            return self._send_shm(weights, version)
+
+    def _send_shm(self, weights: dict[str, torch.Tensor], version: int) -> dict[str, Any]:
+        path = self._shm_path("pt")
         tmp = path.with_suffix(".tmp")
         try:
-            weights = {name: p.detach().to("cpu") for name, p in model.named_parameters()}
-            torch.save(weights, tmp)
+            torch.save({name: t.detach().to("cpu") for name, t in weights.items()}, tmp)
             os.replace(tmp, path)
             return self.server.request(
                 "POST", "/update_weights", {"version": version, "transport": "shm", "path": str(path)}
@@ -142,8 +167,34 @@ class VLLMEngine:
             tmp.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
 
+    def _send_adapter(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
+        """Write the adapters (PEFT's ``save_pretrained``: only they are saved) and have the server
+        load them. The directory stays until the next adapter replaces it, because vLLM reads an
+        adapter from its path again if it ever drops it from its cache."""
+        directory = self._shm_path("lora")
+        try:
+            model.save_pretrained(str(directory), safe_serialization=True)
+            reply = self.server.request("POST", "/load_lora", {"version": version, "path": str(directory)})
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        self._drop_adapter_dir()
+        self._adapter_dir = directory
+        return reply
+
+    def _drop_adapter_dir(self) -> None:
+        if self._adapter_dir is not None:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+            self._adapter_dir = None
+
+    def _shm_path(self, suffix: str) -> Path:
+        if not self.shm_dir.is_dir():
+            raise RlvrError(f"rollout.vllm.shm_dir={self.shm_dir} is not a directory")
+        return self.shm_dir / f"rlvr-vllm-{os.getpid()}-{next(self._pushes)}.{suffix}"
+
     def close(self) -> None:
         self.server.close()
+        self._drop_adapter_dir()
 
 
 class VLLMWeightSync:
@@ -200,8 +251,8 @@ class _NcclSender:
             torch.cuda.synchronize(device)
         result()
 
-    def send(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
-        params = [(name, p.detach().contiguous()) for name, p in model.named_parameters()]
+    def send(self, weights: dict[str, torch.Tensor], version: int) -> dict[str, Any]:
+        params = [(name, t.detach().contiguous()) for name, t in weights.items()]
         body = {
             "version": version,
             "transport": "nccl",

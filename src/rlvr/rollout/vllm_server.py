@@ -22,6 +22,11 @@ server samples from.
   an ``ncclUniqueId``; written for GPUs and not run on one yet). Generation is paused for the
   update (one lock serialises the engine) and the prefix cache is reset after it, so no request
   ever mixes old and new weights.
+- ``POST /load_lora``: ``version`` plus ``path``, a PEFT adapter directory (``adapter_config.json``
+  and ``adapter_model.safetensors``) on this host: vLLM loads it (``add_lora``) as the adapter every
+  later generate samples through, on top of the current weights, and the adapter it replaces is
+  removed. Needs a server started with ``--max-lora-rank``. Generation is paused for the swap as for
+  a weight update; a full weight update removes the adapter (the new weights are the whole policy).
 - ``POST /init_weight_transfer``: the NCCL rendezvous (``init_info`` as vLLM takes it).
 - ``POST /shutdown``: reply, then exit.
 
@@ -118,6 +123,19 @@ def _reprocess_tied_layers(model) -> None:
                 module.quant_method.process_weights_after_loading(module)
 
 
+def _lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts for ``max_lora_rank`` (a fixed list) that holds ``rank``."""
+    from typing import get_args
+
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = sorted(get_args(MaxLoRARanks))
+    fits = [r for r in allowed if r >= rank]
+    if not fits:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({allowed[-1]})")
+    return fits[0]
+
+
 class Server:
     """The vLLM engine behind one lock: a weight update waits for a running generate and the next
     generate waits for the update (pause, load, resume)."""
@@ -148,9 +166,13 @@ class Server:
             kwargs["kv_cache_memory_bytes"] = args.kv_cache_bytes
         if args.gpu_memory_utilization:
             kwargs["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.max_lora_rank:  # one adapter at a time: the policy's current one
+            kwargs.update(enable_lora=True, max_lora_rank=_lora_rank(args.max_lora_rank), max_loras=1)
         kwargs.update(json.loads(args.llm_kwargs or "{}"))
         self.llm = LLM(**kwargs)
         self.dtype = str(self.llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
+        self.lora = None  # the LoRARequest of the adapter generation runs through (None: the base)
+        self.lora_ids = 0  # vLLM caches adapters by integer id: each load gets a new one
         if self.transfer == "shm":
             self.llm.init_weight_transfer_engine({"init_info": {}})
 
@@ -164,6 +186,8 @@ class Server:
             "model": self.args.model,
             "dtype": self.dtype,
             "weight_transfer": self.transfer,
+            "max_lora_rank": self.args.max_lora_rank,
+            "lora": None if self.lora is None else self.lora.lora_name,
             "vllm": vllm.__version__,
             "pid": os.getpid(),
         }
@@ -196,7 +220,7 @@ class Server:
                 )
             )
         with self.lock:
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora)
             version = self.version
         groups = []
         for out in outputs:
@@ -228,9 +252,33 @@ class Server:
             self.llm.update_weights({"update_info": update_info})
             self.llm.finish_weight_update(weight_version=str(version))
             self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
+            if self.lora is not None:  # new full weights are the whole policy: no adapter on top
+                self.llm.llm_engine.remove_lora(self.lora.lora_int_id)
+                self.lora = None
             self.version = version
         seconds = time.perf_counter() - began
         print(f"weight update to version {version} ({self.transfer}) took {seconds:.2f} s", flush=True)
+        return {"version": version, "seconds": seconds}
+
+    def load_lora(self, req: dict[str, Any]) -> dict[str, Any]:
+        from vllm.lora.request import LoRARequest
+
+        version, path = int(req["version"]), str(req["path"])
+        if not self.args.max_lora_rank:
+            raise ValueError("this server was started without LoRA: start it with --max-lora-rank R")
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise ValueError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
+        began = time.perf_counter()
+        with self.lock:  # no generate runs while the adapter changes
+            self.lora_ids += 1
+            lora = LoRARequest(f"policy-v{version}", self.lora_ids, path)
+            if not self.llm.llm_engine.add_lora(lora):  # loads it now: a bad adapter fails here
+                raise RuntimeError(f"vLLM did not load the adapter in {path}")
+            if self.lora is not None:
+                self.llm.llm_engine.remove_lora(self.lora.lora_int_id)
+            self.lora, self.version = lora, version
+        seconds = time.perf_counter() - began
+        print(f"adapter of version {version} loaded in {seconds:.2f} s", flush=True)
         return {"version": version, "seconds": seconds}
 
     def init_weight_transfer(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +291,7 @@ def _handler(server: Server, stop: threading.Event):
     routes = {
         "/generate": server.generate,
         "/update_weights": server.update_weights,
+        "/load_lora": server.load_lora,
         "/init_weight_transfer": server.init_weight_transfer,
     }
 
@@ -308,6 +357,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-cache-bytes", type=int, default=None)
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--max-lora-rank", type=int, default=0, help="serve LoRA adapters up to this rank (0: no LoRA)"
+    )
     p.add_argument("--weight-transfer", choices=("shm", "nccl"), default="shm")
     p.add_argument("--llm-kwargs", default=None, help="JSON object of further vllm.LLM arguments")
     p.add_argument("--version", type=int, default=0, help="policy version of the weights in --model")

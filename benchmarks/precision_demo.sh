@@ -3,13 +3,14 @@
 # time limits, alternating fp32 / bf16 per seed, pinned to one core with one thread so that other work
 # on a 2-core machine disturbs both alike. Prints before/after accuracy and wall time per run.
 #   bash benchmarks/precision_demo.sh [OUT_DIR] [CORE]      (docs/precision.md reports one such run)
+#   SEEDS=0 bash benchmarks/precision_demo.sh               (one seed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/precision-demo}
 core=${2:-0}
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$out"
-for seed in 0 1 2; do
+for seed in ${SEEDS:-0 1 2}; do
   for p in fp32 bf16-mixed; do
     name=prec-$p-s$seed
     start=$(date +%s)

@@ -180,7 +180,11 @@ def test_vllm_logprobs_match_the_trainers(engine, policy, prompts, temperature) 
 def test_greedy_tokens_match_the_hf_engine(engine, policy, prompts) -> None:
     model, tokenizer = policy
     hf = HFEngine(model, tokenizer)
-    assert _greedy(engine, prompts) == _greedy(hf, prompts)
+    greedy = _greedy(engine, prompts)
+    assert greedy == _greedy(hf, prompts)
+    # vLLM takes n = 1 only for greedy sampling: n greedy completions are n requests
+    groups = engine.generate(prompts, SamplingParams(n=2, temperature=0.0, max_new_tokens=10))
+    assert [[c.token_ids for c in g] for g in groups] == [[ids, ids] for ids in greedy]
 
 
 @pytest.mark.vllm
@@ -214,6 +218,23 @@ def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, pro
         model.load_state_dict(original)
         sync.push(model, version + 2)
     assert _greedy(engine, prompts) == before
+
+
+@pytest.mark.vllm
+def test_prefix_cache_serves_a_repeated_prompt_until_a_weight_update(engine, policy, long_prompt) -> None:
+    """A prompt sent again is served from vLLM's prefix cache (what multi-turn episodes, which send
+    the whole conversation each turn, rely on); after a weight push the cache is empty."""
+    model, _ = policy
+
+    def cached_of_one_call() -> int:
+        before = engine.cached_prompt_tokens
+        _greedy(engine, [long_prompt], tokens=2)
+        return engine.cached_prompt_tokens - before
+
+    cached_of_one_call()
+    assert cached_of_one_call() >= 256  # its whole 128-token blocks
+    VLLMWeightSync(engine).push(model, engine.policy_version + 1)  # the same weights, a new version
+    assert cached_of_one_call() == 0
 
 
 @pytest.mark.vllm

@@ -73,6 +73,10 @@ class VLLMEngine:
         self._nccl: _NcclSender | None = None
         self._pushes = itertools.count()
         self.policy_version = int(server.health()["version"])
+        # prompt tokens sent, and those vLLM's prefix cache supplied (what multi-turn episodes,
+        # which send the whole conversation each turn, get back from it)
+        self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
 
     # ----------------------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -83,9 +87,11 @@ class VLLMEngine:
             )
         if not prompts:
             return []
+        # vLLM refuses n > 1 with greedy sampling; n identical greedy completions are n requests
+        copies = params.n if params.temperature == 0 and params.n > 1 else 1
         body = {
-            "prompts": [list(map(int, p)) for p in prompts],
-            "n": params.n,
+            "prompts": [list(map(int, p)) for p in prompts for _ in range(copies)],
+            "n": params.n // copies,
             "max_new_tokens": params.max_new_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
@@ -102,8 +108,13 @@ class VLLMEngine:
                 f"the vLLM server sampled with policy version {reply['version']}, but this engine was "
                 f"last synced to version {self.policy_version}: is another trainer using the same server?"
             )
+        self.prompt_tokens += sum(len(p) for p in body["prompts"])
+        self.cached_prompt_tokens += sum(reply.get("cached_tokens") or [])
+        outputs_of = reply["outputs"]
+        if copies > 1:  # one group per prompt again
+            outputs_of = [sum(outputs_of[i : i + copies], []) for i in range(0, len(outputs_of), copies)]
         groups = []
-        for p, (prompt, outputs) in enumerate(zip(prompts, reply["outputs"], strict=True)):
+        for p, (prompt, outputs) in enumerate(zip(prompts, outputs_of, strict=True)):
             group = []
             for out in outputs:
                 ids, finish = out["token_ids"], _finish_reason(out)

@@ -13,7 +13,8 @@ server samples from.
 - ``POST /generate``: prompts as token ids, ``n``, ``max_new_tokens``, ``temperature``, ``top_p``,
   ``stop_token_ids``, ``stop`` (strings), ``ignore_eos``, ``seed`` → per prompt, ``n`` completions
   with ``token_ids``, ``logprobs`` (of each sampled token under the temperature-scaled
-  distribution) and ``finish_reason``. Nothing is tokenized or detokenized for the caller.
+  distribution) and ``finish_reason``; and per prompt ``cached_tokens``, how many of its tokens
+  vLLM's prefix cache supplied. Nothing is tokenized or detokenized for the caller.
 - ``POST /update_weights``: ``version`` plus the weights, loaded through vLLM's weight-transfer
   API (``start_weight_update`` → ``update_weights`` → ``finish_weight_update``, which reloads
   layer by layer and redoes the per-layer processing such as the CPU's packed GEMM weights). The
@@ -236,7 +237,9 @@ class Server:
                     }
                 )
             groups.append(group)
-        return {"version": version, "outputs": groups}
+        # prompt tokens of each request served from vLLM's prefix cache (multi-turn reuse)
+        cached = [int(out.num_cached_tokens or 0) for out in outputs]
+        return {"version": version, "outputs": groups, "cached_tokens": cached}
 
     def update_weights(self, req: dict[str, Any]) -> dict[str, Any]:
         version = int(req["version"])

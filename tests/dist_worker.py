@@ -4,7 +4,8 @@
 OUT`` runs each policy-update case of the JSON file SPEC (fixed synthetic groups) on every rank;
 rank 0 saves the parameters, the gradients of the last optimizer step and the metrics to OUT.
 :func:`run_cases` is the same in the calling process without torchrun (the reference the ranks
-must equal). ``... dist_worker.py train SPEC`` runs SPEC's training runs one after the other.
+must equal). ``... dist_worker.py train SPEC`` runs SPEC's training runs one after the other (a
+run marked ``stops`` may end with :class:`rlvr.errors.Stopped`: a SIGTERM).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001
 
 def main() -> None:
     """``update SPEC OUT``: the update cases of SPEC; ``train SPEC``: the training runs of SPEC
-    (``[{"overrides": [...], "resume": bool}, ...]``) one after the other in one process group."""
+    (``[{"overrides": [...], "resume": bool, "stops": bool}, ...]``) one after the other in one
+    process group."""
     mode, spec = sys.argv[1], Path(sys.argv[2])
     torch.set_num_threads(1)
     ranks = start_ranks("cpu", timeout_s=60)
@@ -99,9 +101,14 @@ def main() -> None:
             torch.save(results, Path(sys.argv[3]))
     else:
         from rlvr import api
+        from rlvr.errors import Stopped
 
         for run in json.loads(spec.read_text()):
-            api.train(load_config(None, run["overrides"]), resume=run.get("resume", False), quiet=True)
+            try:
+                api.train(load_config(None, run["overrides"]), resume=run.get("resume", False), quiet=True)
+            except Stopped:  # SIGTERM: both ranks stop after the same step, with a checkpoint
+                if not run.get("stops"):
+                    raise
     torch.distributed.destroy_process_group()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import time
 
 from rlvr.rewards import register_group_reward, register_reward
@@ -228,3 +229,23 @@ def tiny_classifier(path) -> str:
     LlamaForSequenceClassification(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+_calls = 0
+
+
+def sigterm_rank(completion, example, *, rank: int = 1, calls: int = 1, flag: str = ""):
+    """``scaled_len`` (scale 0.01) that, on torchrun's rank ``rank``, sends SIGTERM to that rank's
+    process at this worker's ``calls``-th call, once per ``flag`` file (a resumed run is left alone).
+    The worker is a child of the pool's forkserver, itself a child of the rank's process."""
+    global _calls
+    _calls += 1
+    if os.environ.get("RANK") == str(rank) and _calls == calls and not os.path.exists(flag):
+        open(flag, "w").close()
+
+        def parent(pid: int) -> int:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        os.kill(parent(os.getppid()), signal.SIGTERM)
+    return 0.01 * len(completion)

@@ -428,8 +428,9 @@ class TrainConfig(Section):
         None,
         ge=0,
         description="Asynchronous collection: sample the next batches in a background thread on a copy of "
-        "the policy while the learner trains, each batch at most this many updates old when trained on "
-        "(0: async machinery, synchronous order). None: the synchronous loop.",
+        "the policy while the learner trains; each batch is sampled by the policy exactly this many updates "
+        "older than the one that trains on it (fewer in the first steps; 1 is the overlap, "
+        "0: async machinery, synchronous order). Runs under torchrun too. None: the synchronous loop.",
     )
     distributed: Literal["ddp", "fsdp2"] = Field(
         "ddp",

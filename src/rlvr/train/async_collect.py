@@ -2,24 +2,38 @@
 
 With ``train.max_staleness: s`` the collector runs in a background thread on its own copy of the
 policy (:class:`CopySync` refreshes it after every update: pause the engine, copy the weights,
-resume, tag the new version). The thread may run at most ``s`` collections ahead of the learner,
-so a batch handed to the learner at version ``v`` was sampled by version ``v - s`` or newer; the
-bound is also checked when a batch is taken, and a batch older than it (which the scheduling should
-never produce) is dropped and counted (``async/stale_dropped``) instead of trained on. The
-sampled-vs-current policy gap is what the importance ratio, clipping and the TIS / masked-IS
-corrections in ``rlvr.algo`` already handle; ``async/staleness`` logs it per step.
+resume, tag the new version) while the learner trains.
 
-``s = 0`` keeps the pipeline but lets the thread start a collection only after the previous update
+The schedule is fixed by the step counter, not by timing. Collection ``c`` (the batch the learner
+trains at step ``c``, both counted from 0 at the start of the loop) may start once the learner has
+published the update of step ``c - s - 1``; and the learner publishes an update only after every
+collection it has allowed so far has ended (:meth:`AsyncCollector.wait_idle`). So collection ``c``
+samples, from its first token to its last reward, with the weights that step ``max(0, c - s)``
+trains: staleness ``min(c, s)`` at every step, every trajectory of a batch stamped with one
+version, and a run that repeats itself. Under torchrun this is what keeps the ranks together:
+every rank's thread runs the same collections with the same weights, and their collectives (on a
+process group of their own, :meth:`rlvr.train.distributed.Ranks.subgroup`) pair up in the same
+order on every rank.
+
+The learner trains batch ``c`` while collection ``c + s`` runs: ``s = 1`` is the overlap; a larger
+``s`` adds staleness, not overlap. ``s = 0`` lets collection ``c`` start only after step ``c - 1``
 is published: the same batches, in the same order, from the same weights as the synchronous loop
-(tested to be identical), so the async machinery is checked against the sync loop bit for bit.
-What overlaps is sampling, environment steps and reward scoring (their own processes and threads)
-with the update; on a 2-core CPU the model compute of both halves shares the cores.
+(tested to be identical). The check of the bound when a batch is taken (``async/stale_dropped``)
+only fires for batches carried over from a checkpoint into a run with a smaller ``s``.
+
+Between steps (after :meth:`wait_idle`) the thread is idle: a checkpoint saves the finished batches
+the learner has not trained yet (:meth:`pending`), and a resume puts them back, so a resumed run
+continues as the uninterrupted one. What overlaps is sampling, environment steps and reward scoring
+(their own processes and threads) with the update; on a 2-core CPU the model compute of both halves
+shares the cores.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
+import time
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -57,50 +71,102 @@ class Batch:
 
 
 class AsyncCollector:
-    """Runs ``collector.collect`` in a thread, at most ``max_staleness`` batches ahead of the learner."""
+    """Runs ``collector.collect`` in a thread, at most ``max_staleness`` batches ahead of the learner.
 
-    def __init__(self, collector: Collector, max_staleness: int, greedy_baseline: bool) -> None:
+    ``total`` caps the collections (the steps left: no batch is sampled that no step trains);
+    ``pending`` are finished batches from a checkpoint, trained first.
+    """
+
+    def __init__(
+        self,
+        collector: Collector,
+        max_staleness: int,
+        greedy_baseline: bool,
+        total: int | None = None,
+        pending: Iterable[Batch] = (),
+    ) -> None:
         self.collector, self.max_staleness, self.greedy_baseline = collector, max_staleness, greedy_baseline
-        self._slots = threading.Semaphore(max_staleness + 1)  # batches started but not yet trained on
-        self._ready: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rlvr-async-collect", daemon=True)
+        self.total = total
+        self._ready: deque[Batch] = deque(pending)
+        self._cond = threading.Condition()
+        # collections counted from this loop's start, carried-over batches included
+        self.started = self.finished = len(self._ready)
+        self.granted = self._capped(max_staleness + 1)  # collections the thread may start
+        self.error: BaseException | None = None
+        self._stop = False
         self.stale_dropped = 0
+        self._thread = threading.Thread(target=self._run, name="rlvr-async-collect", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        import time
+    def _capped(self, n: int) -> int:
+        return n if self.total is None else min(n, self.total)
 
-        while not self._stop.is_set():
-            if not self._slots.acquire(timeout=0.1):
-                continue
-            if self._stop.is_set():
-                return
+    def _run(self) -> None:
+        device = getattr(self.collector.engine, "device", None)
+        if isinstance(device, torch.device) and device.type == "cuda":
+            torch.cuda.set_device(device)  # a thread starts on GPU 0; under torchrun: this rank's GPU
+        while True:
+            with self._cond:
+                while self.started >= self.granted and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                self.started += 1
             began = time.perf_counter()
             try:
                 version = self.collector.engine.policy_version
                 collection = self.collector.collect(greedy_baseline=self.greedy_baseline)
             except BaseException as err:  # the learner re-raises it: a dead collector never hangs the run
-                self._ready.put(err)
+                with self._cond:
+                    self.error = err
+                    self._cond.notify_all()
                 return
-            self._ready.put(Batch(collection, version, time.perf_counter() - began))
+            with self._cond:
+                self._ready.append(Batch(collection, version, time.perf_counter() - began))
+                self.finished += 1
+                self._cond.notify_all()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
 
     def next(self, learner_version: int) -> Batch:
         """The next batch sampled at most ``max_staleness`` versions before ``learner_version``."""
-        while True:
-            item = self._ready.get()
-            if isinstance(item, BaseException):
-                raise item
-            if learner_version - item.version <= self.max_staleness:
-                return item
-            self.stale_dropped += 1
-            self._slots.release()
+        with self._cond:
+            while True:
+                while not self._ready:
+                    self._raise()
+                    self._cond.wait()
+                item = self._ready.popleft()
+                if learner_version - item.version <= self.max_staleness:
+                    return item
+                self.stale_dropped += 1  # a replacement is sampled in its place
+                self.granted += 1
+                self.total = None if self.total is None else self.total + 1
+                self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        """Wait until every collection allowed so far has ended (before the learner publishes new
+        weights: none of them changes under a running collection)."""
+        with self._cond:
+            while self.finished < self.granted:
+                self._raise()
+                self._cond.wait()
 
     def trained(self) -> None:
         """The learner finished with a batch (and published its update): the thread may start another."""
-        self._slots.release()
+        with self._cond:
+            self.granted = self._capped(self.granted + 1)
+            self._cond.notify_all()
+
+    def pending(self) -> list[Batch]:
+        """The finished batches the learner has not taken yet (what a checkpoint keeps)."""
+        with self._cond:
+            return list(self._ready)
 
     def close(self) -> None:
-        self._stop.set()
-        self._slots.release()
-        self._thread.join()  # a collection always ends (every step of it has a timeout)
+        """Stop the thread; a collection that is running ends first (every step of it has a timeout)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()

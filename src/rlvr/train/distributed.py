@@ -18,6 +18,11 @@ Under torchrun every rank runs the same loop on its own copy of the policy:
   ranks, so N ranks make the update one process makes on the same batch.
 - **Rank 0 writes the run directory**; the other ranks write nothing. Checkpoints hold the full
   model (``from_pretrained`` and ``rlvr eval`` load them) and every rank's RNG state.
+- **Asynchronous collection** (``train.max_staleness``): each rank's background thread collects
+  while its main thread trains; the thread's gathers run on a process group of their own
+  (:meth:`Ranks.subgroup`), the learner's collectives on the default one, and the collection
+  schedule is fixed by the step counter (:mod:`rlvr.train.async_collect`), so every rank's thread
+  runs the same collections with the same weights.
 
 The policy is wrapped in DDP (``train.distributed=ddp``) or sharded with FSDP2's ``fully_shard``
 (``fsdp2``; see :mod:`rlvr.train.fsdp`). The backend is gloo on the CPU and NCCL on CUDA devices.
@@ -96,6 +101,10 @@ class Solo:
     def barrier(self) -> None:
         pass
 
+    def subgroup(self) -> Solo:
+        """One process has no groups: itself."""
+        return self
+
     def close(self) -> None:
         pass
 
@@ -110,12 +119,20 @@ class Ranks(Solo):
     active = True
 
     def __init__(
-        self, rank: int, world: int, local_rank: int, objects: Any = None, owned: bool = False
+        self,
+        rank: int,
+        world: int,
+        local_rank: int,
+        objects: Any = None,
+        owned: bool = False,
+        timeout: timedelta | None = None,
     ) -> None:
         self.rank, self.world, self.local_rank = rank, world, local_rank
         self.is_main = rank == 0
         self.objects = objects  # the process group for Python objects (None: the default group)
         self.owned = owned  # this object started the process group (and ends it in close)
+        self.timeout = timeout  # the default group's (a subgroup gets the same)
+        self._own_group = False  # this object created ``objects`` (subgroup) and destroys it in close
 
     def spread(self, items: Sequence[T], fn: Callable[[list[T]], list[R]]) -> list[R]:
         """``fn`` over this rank's contiguous slice of ``items``; every rank gets all results in order."""
@@ -186,7 +203,23 @@ class Ranks(Solo):
     def barrier(self) -> None:
         dist.barrier(group=self.objects)
 
+    def subgroup(self) -> Ranks:
+        """The same ranks over a gloo process group of their own, for collectives issued from
+        another thread (the asynchronous collector's, :mod:`rlvr.train.async_collect`).
+
+        Collectives on one group pair up by the order each rank issues them. Two threads of a rank
+        issuing them on one group interleave in whatever order their timing gives, differently on
+        each rank: the ranks would pair a gradient all-reduce with a gather of groups, and hang or
+        mix the data. With a group per thread each group's order is its thread's program order,
+        the same on every rank. Every rank must call this at the same point (it is a collective)."""
+        group = dist.new_group(backend="gloo", timeout=self.timeout)
+        sub = Ranks(self.rank, self.world, self.local_rank, group, owned=False, timeout=self.timeout)
+        sub._own_group = True
+        return sub
+
     def close(self) -> None:
+        if self._own_group and dist.is_initialized():
+            dist.destroy_process_group(self.objects)
         if self.owned and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -204,14 +237,15 @@ def start_ranks(device: str, timeout_s: float = 1800.0) -> Solo:
             raise RlvrError(f"model.device={device} under torchrun, but CUDA is not available")
         torch.cuda.set_device(local_rank)
     owned = not dist.is_initialized()  # a caller may have started it (several runs in one group)
+    timeout = timedelta(seconds=timeout_s)
     if owned:
         dist.init_process_group(
             backend="nccl" if cuda else "gloo",
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timeout,
             device_id=torch.device("cuda", local_rank) if cuda else None,
         )
-    objects = dist.new_group(backend="gloo") if cuda else None
-    return Ranks(rank, world, local_rank, objects, owned)
+    objects = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
+    return Ranks(rank, world, local_rank, objects, owned, timeout)
 
 
 def rank_device(device: str, ranks: Solo) -> str:
@@ -227,11 +261,6 @@ def check_distributed(cfg: RunConfig) -> None:
         raise RlvrError(
             "train.distributed=fsdp2 does not take a critic (algo.critic.kind) or LoRA (model.lora.r) "
             "yet: use train.distributed=ddp"
-        )
-    if cfg.train.max_staleness is not None:
-        raise RlvrError(
-            "train.max_staleness (asynchronous collection) does not run under torchrun yet: "
-            "set train.max_staleness=null, or run it in one process"
         )
 
 

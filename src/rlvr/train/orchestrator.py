@@ -36,7 +36,7 @@ from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rollout.from_config import build_engine
 from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train import checkpoint as ckpt
-from rlvr.train.async_collect import AsyncCollector, CopySync
+from rlvr.train.async_collect import AsyncCollector, Batch, CopySync
 from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.distributed import Discard, check_distributed, rank_device, start_ranks
@@ -126,13 +126,19 @@ class Orchestrator:
             else:
                 self.sync = CopySync(engine)
         self.learner = Learner(cfg, policy, engine.pad_id)
+        self.collect_ranks = self.ranks  # the collector's collectives (async under torchrun: its own group)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
         if self.ranks.active:  # each rank samples its own slice of the prompts, trains its groups
             self.ranks.seed_sampling(cfg.seed, engine.generator)
             distribute_learner(self.learner, self.ranks, cfg.train.distributed)
-            self.collector.spread = self.ranks.spread
+            # asynchronous collection: the background thread's collectives (the gathers of groups)
+            # run on a process group of their own, never paired with the learner's (Ranks.subgroup)
+            if cfg.train.max_staleness is not None:
+                self.collect_ranks = self.ranks.subgroup()
+            self.collector.spread = self.collect_ranks.spread
         self.step, self.elapsed = 0, 0.0
         self.pipeline_step = 0  # the step whose batch the background collector was last allowed
+        self.carried: list[Batch] = []  # a checkpoint's sampled, untrained batches (async resume)
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
         self.saved_step: int | None = None  # the step of the last checkpoint this process wrote
         self.last_checkpoint: Path | None = start  # what a --resume would continue from
@@ -166,6 +172,12 @@ class Orchestrator:
         self.learner.version = state.get("policy_version", self.step)
         self.sync.push(self.learner.weights(), self.learner.version)
         self.collector.load_state(state)
+        self.carried = [Batch(**b) for b in trainer_state.get("async_pending", [])]
+        if self.carried and self.cfg.train.max_staleness is None:
+            self.console.print(
+                f"the checkpoint holds {len(self.carried)} sampled, untrained batch(es) of an asynchronous "
+                "run; train.max_staleness=null does not train them (their prompts are skipped)"
+            )
         for name in LOGS if self.ranks.is_main else ():
             truncate_after_step(self.run_dir / name, self.step)
         self.console.print(f"resumed from {path} at step {self.step}")
@@ -180,6 +192,8 @@ class Orchestrator:
                 trainer_state["rank_rng"] = rng
             if self.fsdp:  # gathered from the shards (a collective)
                 trainer_state["optimizer"] = full_optimizer_state(self.learner.model, self.learner.optimizer)
+            if self.pipeline is not None:  # sampled, not trained yet (the thread is idle between steps)
+                trainer_state["async_pending"] = [vars(b) for b in self.pipeline.pending()]
         state = {
             **self.collector.state(),
             "elapsed": self.elapsed,
@@ -228,6 +242,11 @@ class Orchestrator:
         metrics.update(skip_metrics(collection.seen, collection.kept))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
+        if self.pipeline is not None:  # no collection runs while the weights change (async_collect.py)
+            waited = time.perf_counter()
+            self.pipeline.wait_idle()
+            metrics["async/wait_s"] = time.perf_counter() - waited
+        if collection.kept:
             pushed = time.perf_counter()
             self.sync.push(self.learner.weights(), self.learner.version)
             metrics["time/sync_s"] = time.perf_counter() - pushed
@@ -299,7 +318,11 @@ class Orchestrator:
             )
             if cfg.train.max_staleness is not None and self.step < cfg.train.steps:
                 self.pipeline = AsyncCollector(
-                    self.collector, cfg.train.max_staleness, self.learner.needs_greedy_baseline
+                    self.collector,
+                    cfg.train.max_staleness,
+                    self.learner.needs_greedy_baseline,
+                    total=cfg.train.steps - self.step,
+                    pending=self.carried,
                 )
                 self.pipeline_step = self.step
             skips = SkipMonitor(self.console, cfg.train.steps - self.step)
@@ -321,9 +344,9 @@ class Orchestrator:
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
                 if self.ranks.any(self._terminate):  # SIGTERM (a scheduler's stop): keep this step, exit
-                    self._stop_pipeline()
                     if self.saved_step != self.step:
                         self.save()
+                    self._stop_pipeline()
                     raise Stopped(
                         f"terminated at step {self.step}; checkpoint {self.last_checkpoint} "
                         "(rlvr train ... --resume continues from it)",
@@ -352,9 +375,9 @@ class Orchestrator:
                         f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
                     )
                     break
-        self._stop_pipeline()
         if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
             self.save(model_only=cfg.train.final_checkpoint == "model")
+        self._stop_pipeline()  # after the checkpoint, which keeps its sampled, untrained batches
         results["after"] = self.run_eval("after")
         return results
 
@@ -368,4 +391,6 @@ class Orchestrator:
         self.collector.close()
         for log in self.logs.values():
             log.close()
+        if self.collect_ranks is not self.ranks:
+            self.collect_ranks.close()
         self.ranks.close()

@@ -151,11 +151,14 @@ def run_episodes(
 def _reuses_kv(engine: RolloutEngine, limits: EpisodeLimits) -> bool:
     """Whether this run keeps KV caches between turns; with ``reuse_kv`` asked of an engine that
     cannot (no ``generate_with_states``, see :class:`~rlvr.rollout.base.KVReuseEngine`), says once
-    per engine type that every turn prefills the whole conversation instead."""
+    per engine type that every turn prefills the whole conversation instead; an engine that caches
+    prefixes by itself (``caches_prefixes``: vLLM) gets the whole conversation and says nothing."""
     if not limits.reuse_kv:
         return False
     if hasattr(engine, "generate_with_states"):
         return True
+    if getattr(engine, "caches_prefixes", False):  # vLLM: its prefix cache finds the earlier turns
+        return False
     name = type(engine).__name__
     if name not in _told_no_kv_reuse:
         _told_no_kv_reuse.add(name)

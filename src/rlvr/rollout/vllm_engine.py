@@ -50,6 +50,10 @@ from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
 class VLLMEngine:
     """Generates through a vLLM server (started by rlvr or reached by URL)."""
 
+    # multi-turn episodes send the whole conversation each turn; vLLM's automatic prefix cache
+    # supplies the KV blocks it already holds (rlvr.rollout.episodes does not warn about it)
+    caches_prefixes = True
+
     def __init__(
         self,
         server: VLLMServer,

@@ -9,7 +9,10 @@ token, kept as the last token), "stop_string" (the token completing a stop strin
 :class:`VLLMWeightSync` is the :class:`~rlvr.train.weight_sync.WeightSync` for it: after each update
 it sends the learner's named parameters (HF names; vLLM's ``load_weights`` maps them onto its
 fused layers) and the version; the server pauses generation, loads, resets its prefix cache and
-resumes, and stamps every later reply with that version.
+resumes, and stamps every later reply with that version. A model sharded with FSDP2 (its
+parameters DTensor shards) is pushed whole: each parameter is gathered just before it is sent
+(:func:`_whole`, a collective: every rank pushes the same parameters in the same order, each to its
+own server), so no rank holds more than one gathered parameter at a time on its device.
 
 Transports (``rollout.vllm.weight_transfer``):
 
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from rlvr.errors import RlvrError
 from rlvr.rollout.base import Completion, SamplingParams
@@ -132,7 +136,7 @@ class VLLMEngine:
         path = self.shm_dir / f"rlvr-vllm-{os.getpid()}-{next(self._pushes)}.pt"
         tmp = path.with_suffix(".tmp")
         try:
-            weights = {name: p.detach().to("cpu") for name, p in model.named_parameters()}
+            weights = {name: _whole(p.detach()).to("cpu") for name, p in model.named_parameters()}
             torch.save(weights, tmp)
             os.replace(tmp, path)
             return self.server.request(
@@ -159,6 +163,12 @@ class VLLMWeightSync:
     @property
     def version(self) -> int:
         return self.engine.policy_version
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole of an FSDP2 shard (``DTensor.full_tensor``: an all-gather, so every rank must call
+    it for the same parameter at the same point), else the tensor itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def _finish_reason(out: dict[str, Any]) -> str:
@@ -201,7 +211,7 @@ class _NcclSender:
         result()
 
     def send(self, model: torch.nn.Module, version: int) -> dict[str, Any]:
-        params = [(name, p.detach().contiguous()) for name, p in model.named_parameters()]
+        params = [(name, p.detach()) for name, p in model.named_parameters()]  # a DTensor: its global shape
         body = {
             "version": version,
             "transport": "nccl",
@@ -212,7 +222,7 @@ class _NcclSender:
         result = _in_thread(lambda: self.server.request("POST", "/update_weights", body))
         with torch.cuda.device(self.device):
             for _, tensor in params:
-                self.nccl.broadcast([tensor], root=0, comms=[self.comm])
+                self.nccl.broadcast([_whole(tensor).contiguous()], root=0, comms=[self.comm])
             torch.cuda.synchronize(self.device)
         return result()
 

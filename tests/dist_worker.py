@@ -5,7 +5,9 @@ OUT`` runs each policy-update case of the JSON file SPEC (fixed synthetic groups
 rank 0 saves the parameters, the gradients of the last optimizer step and the metrics to OUT.
 :func:`run_cases` is the same in the calling process without torchrun (the reference the ranks
 must equal). ``... dist_worker.py train SPEC`` runs SPEC's training runs one after the other (a
-run marked ``stops`` may end with :class:`rlvr.errors.Stopped`: a SIGTERM).
+run marked ``stops`` may end with :class:`rlvr.errors.Stopped`: a SIGTERM); a run with
+``"master": PATH`` also has rank 0 save the policy's weights at its end (gathered from FSDP2's
+shards) to PATH, to compare with what its checkpoint holds.
 """
 
 from __future__ import annotations
@@ -88,6 +90,20 @@ def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001
     return [run_case(case, ranks) for case in cases]
 
 
+def save_master_weights(cfg, path: Path, ranks) -> None:  # noqa: ANN001
+    """Train ``cfg`` (a new run); rank 0 saves the learner's weights after it, by name."""
+    from rlvr.train.orchestrator import Orchestrator
+
+    run = Orchestrator(cfg, quiet=True)
+    try:
+        run.fit()
+        weights = {n: full(p.detach()).clone() for n, p in run.learner.model.named_parameters()}
+    finally:
+        run.close()
+    if ranks.is_main:
+        torch.save(weights, path)
+
+
 def main() -> None:
     """``update SPEC OUT``: the update cases of SPEC; ``train SPEC``: the training runs of SPEC
     (``[{"overrides": [...], "resume": bool, "stops": bool}, ...]``) one after the other in one
@@ -104,8 +120,12 @@ def main() -> None:
         from rlvr.errors import Stopped
 
         for run in json.loads(spec.read_text()):
+            cfg = load_config(None, run["overrides"])
+            if "master" in run:
+                save_master_weights(cfg, Path(run["master"]), ranks)
+                continue
             try:
-                api.train(load_config(None, run["overrides"]), resume=run.get("resume", False), quiet=True)
+                api.train(cfg, resume=run.get("resume", False), quiet=True)
             except Stopped:  # SIGTERM: both ranks stop after the same step, with a checkpoint
                 if not run.get("stops"):
                     raise

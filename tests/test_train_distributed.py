@@ -20,6 +20,8 @@ sys.path.insert(0, str(HERE))
 
 import dist_worker  # noqa: E402
 
+from rlvr.errors import RlvrError  # noqa: E402
+
 pytestmark = pytest.mark.distributed
 
 SRC = HERE.parent / "src"
@@ -66,6 +68,9 @@ CASES = [
         "groups": 3,
     },
     {"overrides": ["model.lora.r=4", "model.lora.alpha=8"], "groups": 3},  # adapters only (DDP)
+    # bf16 autocast over fp32 master weights; 3 groups: rank 1's zero-weight pass runs under the
+    # autocast too (FSDP2's reductions follow the passes' autograd graphs, which must match)
+    {"overrides": ["model.precision=bf16-mixed"], "groups": 3},
 ]
 for case in CASES:
     case["overrides"] = [*COMMON, *case["overrides"]]
@@ -331,3 +336,169 @@ def test_async_two_rank_sigterm_and_resume_equal_the_uninterrupted_run(tmp_path)
     final = "checkpoints/step-000004/model"
     a, b = load_model(str(tmp_path / "full" / final)), load_model(str(tmp_path / "cut" / final))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def _bf16_run(tmp_path: Path, name: str, mode: str) -> list[str]:
+    """2 steps under bf16-mixed: fp32 master weights, the engine sampling from a bf16 copy."""
+    return [
+        *RUN,
+        "train.steps=2",
+        "train.save_every=0",
+        "data.eval_size=0",
+        "train.log_trajectories=true",
+        "model.precision=bf16-mixed",  # rollout.weights_dtype=auto: a bf16 sampling copy
+        f"train.distributed={mode}",
+        f"output_dir={tmp_path}",
+        f"name={name}",
+    ]
+
+
+def test_fsdp2_samples_from_a_bf16_copy_and_checkpoints_the_fp32_master_weights(tmp_path):
+    """FSDP2 with a bf16 sampling copy (FullCopySync casts into it after each update): step 2
+    samples from the pushed version, the sampler/trainer gap stays at bf16's size, and the
+    checkpoint holds the fp32 master weights gathered from the shards, equal to them bit for bit
+    (weights that the bf16 copy cannot hold: a checkpoint saved from it fails here)."""
+    from safetensors import safe_open
+
+    from rlvr.log import read_jsonl
+
+    master = tmp_path / "master.pt"
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps([{"overrides": _bf16_run(tmp_path, "bf16", "fsdp2"), "master": str(master)}]))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "train", str(spec)], tmp_path)
+    assert code == 0, log[-4000:]
+    run = tmp_path / "bf16"
+    versions: dict[int, set[int]] = {}
+    for record in read_jsonl(run / "trajectories.jsonl"):
+        versions.setdefault(record["step"], set()).add(record["policy_version"])
+    assert versions == {1: {0}, 2: {1}}
+    for row in (r for r in read_jsonl(run / "metrics.jsonl") if r["phase"] == "train"):
+        # on-policy: the trainer's logprobs before the update are the ones the update computes
+        gap = row["mismatch/logprob_diff_mean"]
+        assert row["update/sampler_logprob_diff"] == pytest.approx(gap, rel=1e-5)
+        # a bf16 sampler against bf16 autocast over fp32 weights: about 7e-4 here, never 0
+        assert 0.0 < gap < 5e-3, row["step"]
+    weights = torch.load(master)
+    assert any(not torch.equal(w, w.bfloat16().float()) for w in weights.values())  # not bf16 values
+    model = run / "checkpoints" / "step-000002" / "model"
+    assert json.loads((model / "config.json").read_text())["dtype"] == "float32"
+    with safe_open(str(model / "model.safetensors"), "pt") as saved:
+        assert set(weights) <= set(saved.keys())
+        for name, tensor in weights.items():
+            got = saved.get_tensor(name)
+            assert got.dtype == torch.float32, name
+            assert torch.equal(got, tensor), f"{name}: max |diff| {float((got - tensor).abs().max()):.2e}"
+
+
+@pytest.mark.slow
+def test_fsdp2_with_a_bf16_copy_equals_ddp(tmp_path):
+    """The same 2-step bf16-mixed run under DDP and FSDP2 on 2 ranks: the same completions at both
+    steps (step 2 from each one's pushed bf16 copy), metrics within 1e-6 relative (mismatch/* and
+    update/sampler_logprob_diff included; the gradient norm of FSDP2's shards within 1e-5), and
+    final checkpoints within 1e-6 (measured: 7e-9; two updates moved the weights by 6e-4)."""
+    from rlvr.log import read_jsonl
+    from rlvr.models import load_model
+
+    runs = [{"overrides": _bf16_run(tmp_path, mode, mode)} for mode in ("ddp", "fsdp2")]
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps(runs))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "train", str(spec)], tmp_path)
+    assert code == 0, log[-4000:]
+    ddp, fsdp2 = tmp_path / "ddp", tmp_path / "fsdp2"
+
+    def completions(run: Path) -> list[tuple[int, str]]:
+        return [(s["step"], s["completion"]) for s in read_jsonl(run / "samples.jsonl")]
+
+    assert completions(fsdp2) == completions(ddp) and len(completions(ddp)) == 24
+    rows = [[r for r in read_jsonl(run / "metrics.jsonl") if r["phase"] == "train"] for run in (ddp, fsdp2)]
+    for want, got in zip(*rows, strict=True):
+        for key, value in want.items():
+            if not isinstance(value, float) or key.startswith(("time/", "throughput/")):
+                continue
+            rel = 1e-5 if key == "update/grad_norm" else 1e-6
+            assert got[key] == pytest.approx(value, rel=rel, abs=1e-9), (want["step"], key)
+    final = "checkpoints/step-000002/model"
+    a, b = load_model(str(ddp / final)), load_model(str(fsdp2 / final))
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert q.dtype == torch.float32
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-6, msg=name)
+
+
+def _tiny_llama_for_vllm(out: Path) -> Path:
+    """A random 2-layer Llama with head_dim 64 and tiny-random's tokenizer: vLLM's CPU attention
+    has no kernel for tiny-random's head_dim 16. Its server starts in about 20 s, SmolLM2's in 37."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from rlvr.models.bundled import tiny_random_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_random_dir())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_fsdp2_pushes_weights_gathered_from_the_shards_to_each_ranks_vllm_server(tmp_path):
+    """FSDP2 with rollout.engine=vllm on 2 ranks, each with its own vLLM server (fp32) and no full
+    copy of the policy: after each update every rank gathers the parameters one by one and pushes
+    them to its server. Step 2's trajectories carry version 1 and vLLM's logprobs of them match the
+    trainer's within 1e-3 (measured: 4e-7; the weights before the update give 8e-2 here), so the
+    gathered weights reached vLLM; the checkpoint holds the master weights gathered from the shards."""
+    from safetensors import safe_open
+
+    from rlvr.log import read_jsonl
+    from rlvr.rollout.vllm_process import find_vllm_python
+
+    try:
+        find_vllm_python()
+    except RlvrError as err:
+        pytest.skip(f"vLLM's environment is absent ({err})")
+    model = _tiny_llama_for_vllm(tmp_path / "tiny-llama")
+    master = tmp_path / "master.pt"
+    run = [
+        *RUN,
+        f"model.name={model}",
+        "train.steps=2",
+        "train.save_every=0",
+        "data.eval_size=0",
+        "train.log_trajectories=true",
+        "train.distributed=fsdp2",
+        "rollout.engine=vllm",
+        "rollout.vllm.max_model_len=512",
+        "rollout.vllm.kv_cache_gib=0.25",
+        f"output_dir={tmp_path}",
+        "name=vllm",
+    ]
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps([{"overrides": run, "master": str(master)}]))
+    code, log = torchrun([str(HERE / "dist_worker.py"), "train", str(spec)], tmp_path, timeout=600)
+    assert code == 0, log[-4000:]
+    out = tmp_path / "vllm"
+    assert (out / "vllm_server.log").read_text().count("rlvr vLLM server ready") == 2  # one per rank
+    versions: dict[int, set[int]] = {}
+    for record in read_jsonl(out / "trajectories.jsonl"):
+        versions.setdefault(record["step"], set()).add(record["policy_version"])
+    assert versions == {1: {0}, 2: {1}}
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if r["phase"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["update/sampler_logprob_diff"] < 1e-3, row["step"]
+    weights = torch.load(master)
+    with safe_open(str(out / "checkpoints" / "step-000002" / "model" / "model.safetensors"), "pt") as saved:
+        for name, tensor in weights.items():
+            assert torch.equal(saved.get_tensor(name), tensor), name

@@ -436,8 +436,10 @@ class TrainConfig(Section):
         "ddp",
         description="Under torchrun (torchrun --nproc-per-node N -m rlvr train ...), how the policy is "
         "trained over the ranks: ddp (a full copy per rank, gradients summed by all-reduce) or fsdp2 "
-        "(fully_shard: parameters, gradients and optimizer state sharded; the engine samples from a "
-        "full copy). Without torchrun: unused (one process). docs/scale.md.",
+        "(fully_shard: parameters, gradients and optimizer state sharded; each rank's engine samples "
+        "from a full copy in the rollout dtype, or its own vLLM server, refreshed by an all-gather after "
+        "every update; checkpoints gather the master weights). Without torchrun: unused (one process). "
+        "docs/scale.md.",
     )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")

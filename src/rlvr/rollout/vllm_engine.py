@@ -9,7 +9,10 @@ token, kept as the last token), "stop_string" (the token completing a stop strin
 :class:`VLLMWeightSync` is the :class:`~rlvr.train.weight_sync.WeightSync` for it: after each update
 it sends the learner's named parameters (HF names; vLLM's ``load_weights`` maps them onto its
 fused layers) and the version; the server pauses generation, loads, resets its prefix cache and
-resumes, and stamps every later reply with that version.
+resumes, and stamps every later reply with that version. A model sharded with FSDP2 (its
+parameters DTensor shards) is pushed whole: each parameter is gathered just before it is sent
+(:func:`_whole`, a collective: every rank pushes the same parameters in the same order, each to its
+own server), so no rank holds more than one gathered parameter at a time on its device.
 
 LoRA (``model.lora.r > 0``; ``rollout.vllm.lora_sync``): ``adapter`` (the default) writes only the
 adapters, in PEFT's format, to a directory in ``rollout.vllm.shm_dir`` and the server loads them with
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from rlvr.errors import RlvrError
 from rlvr.models.lora import has_adapters, merged_weights
@@ -173,7 +177,7 @@ class VLLMEngine:
         path = self._shm_path("pt")
         tmp = path.with_suffix(".tmp")
         try:
-            torch.save({name: t.detach().to("cpu") for name, t in weights.items()}, tmp)
+            torch.save({name: _whole(t.detach()).to("cpu") for name, t in weights.items()}, tmp)
             os.replace(tmp, path)
             return self.server.request(
                 "POST", "/update_weights", {"version": version, "transport": "shm", "path": str(path)}
@@ -227,6 +231,12 @@ class VLLMWeightSync:
         return self.engine.policy_version
 
 
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole of an FSDP2 shard (``DTensor.full_tensor``: an all-gather, so every rank must call
+    it for the same parameter at the same point), else the tensor itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def _finish_reason(out: dict[str, Any]) -> str:
     reason = out["finish_reason"]
     if reason == "length":
@@ -267,7 +277,7 @@ class _NcclSender:
         result()
 
     def send(self, weights: dict[str, torch.Tensor], version: int) -> dict[str, Any]:
-        params = [(name, t.detach().contiguous()) for name, t in weights.items()]
+        params = [(name, t.detach()) for name, t in weights.items()]  # a DTensor: its global shape
         body = {
             "version": version,
             "transport": "nccl",
@@ -278,7 +288,7 @@ class _NcclSender:
         result = _in_thread(lambda: self.server.request("POST", "/update_weights", body))
         with torch.cuda.device(self.device):
             for _, tensor in params:
-                self.nccl.broadcast([tensor], root=0, comms=[self.comm])
+                self.nccl.broadcast([_whole(tensor).contiguous()], root=0, comms=[self.comm])
             torch.cuda.synchronize(self.device)
         return result()
 

@@ -7,16 +7,27 @@ the ranks (divide factor 1, SUM reductions: gloo has no pre-multiplied sum), the
 :class:`rlvr.train.shard.Shard` does for DDP, so the update equals one process's.
 
 A sharded module cannot generate on its own rank without the others taking part in every decode
-step, so the engine samples from a full copy, refreshed after each update by
-:class:`FullCopySync` (an all-gather per parameter); the same copy is what a checkpoint saves.
-The optimizer's state is saved whole (gathered to rank 0) and loaded back into the shards.
+step, so each rank's engine samples from whole weights of its own:
+
+- the HF engine from a full copy in the rollout dtype (fp32, or the bf16/fp16 copy of
+  ``rollout.weights_dtype``), refreshed after each update by :class:`FullCopySync`: an all-gather
+  per parameter, cast into the copy as it is copied;
+- the vLLM engine (its own server per rank) from the parameters the push gathers one by one from
+  the shards (:class:`~rlvr.rollout.vllm_engine.VLLMWeightSync`); no full copy is kept here.
+
+A checkpoint does not save a sampling copy (it may be bf16, or absent): :func:`gathered_model`
+gathers the master weights from the shards, one parameter at a time to rank 0's CPU, into a plain
+(unsharded) module of the policy's class that rank 0 saves. The optimizer's state is saved whole
+(gathered to rank 0) and loaded back into the shards.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 
@@ -58,8 +69,48 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
+def unsharded_frame(policy: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``policy`` (before sharding) whose parameters are on the meta device, so it holds
+    no weights: the module :func:`gathered_model` assigns the gathered weights into. Buffers are
+    copied as they are (small, and not sharded: rotary tables)."""
+    memo: dict[int, Any] = {}
+    for p in policy.parameters():  # tied parameters stay tied: one id, one meta parameter
+        memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    return copy.deepcopy(policy, memo)
+
+
+def gathered_model(model: torch.nn.Module, frame: torch.nn.Module) -> torch.nn.Module | None:
+    """The sharded ``model``'s whole weights, in their own (master) dtype, as a plain module: a copy
+    of ``frame`` (:func:`unsharded_frame`) on rank 0, None on the others. A collective: every rank
+    calls it. Parameters are gathered one at a time and moved to rank 0's CPU as they come, so no
+    rank holds more than one whole parameter besides rank 0's CPU copy of the model."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)  # empty on ranks other than 0
+    if dist.get_rank() != 0:
+        return None
+    whole = copy.deepcopy(frame)  # meta parameters: nothing is copied
+    whole.load_state_dict(state, strict=True, assign=True)
+    for names in _tied(frame):  # assign gave each name its own tensor: tie them again (saved once)
+        for name in names[1:]:
+            parent, _, attr = name.rpartition(".")
+            setattr(whole.get_submodule(parent), attr, whole.get_parameter(names[0]))
+    return whole
+
+
+def _tied(module: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter that several names share (tied embeddings), grouped."""
+    names: dict[int, list[str]] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
 class FullCopySync:
-    """The engine samples from its own full copy: a push all-gathers each sharded parameter into it."""
+    """The engine samples from its own full copy (in the rollout dtype): a push all-gathers each
+    sharded parameter and copies it in, cast to the copy's dtype (``copy_`` casts). Every rank
+    pushes, in the same order."""
 
     def __init__(self, engine: Any, version: int = 0) -> None:
         self.engine = engine

@@ -26,7 +26,7 @@ from rich.console import Console
 from rlvr.collect import Collector
 from rlvr.config import RunConfig
 from rlvr.data.from_config import load_datasets
-from rlvr.errors import RlvrError, Stopped
+from rlvr.errors import Stopped
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, note_issues, training_progress, truncate_after_step
 from rlvr.models import load_model, load_tokenizer
@@ -41,7 +41,14 @@ from rlvr.train.budget import over_budget
 from rlvr.train.controllers import Coefficients
 from rlvr.train.distributed import Discard, check_distributed, rank_device, start_ranks
 from rlvr.train.estimate import check_algorithm
-from rlvr.train.fsdp import FullCopySync, full_optimizer_state, load_full_optimizer_state, shard_policy
+from rlvr.train.fsdp import (
+    FullCopySync,
+    full_optimizer_state,
+    gathered_model,
+    load_full_optimizer_state,
+    shard_policy,
+    unsharded_frame,
+)
 from rlvr.train.header import run_header
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
@@ -97,15 +104,9 @@ class Orchestrator:
         self.pipeline: AsyncCollector | None = None
         rollout_dtype = precision_of(cfg).rollout_dtype
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
-        if self.fsdp and (rollout_dtype is not None or cfg.rollout.engine == "vllm"):
-            raise RlvrError(
-                "train.distributed=fsdp2 with a separate sampling copy (rollout.engine=vllm, or "
-                "rollout.weights_dtype / its auto under model.precision=bf16-mixed) is not supported yet: "
-                "checkpoints are written from the full copy. Set rollout.weights_dtype=policy and "
-                "rollout.engine=hf, or use train.distributed=ddp"
-            )
         self.sync: InProcessSync | CopySync | FullCopySync | VLLMWeightSync
         if cfg.rollout.engine == "vllm":  # a server with its own copy of the weights, sync or async
+            # (under FSDP2 each rank's own server; a push gathers the parameters one by one)
             engine = build_engine(cfg, policy, self.tokenizer, log_dir=self.run_dir)
             self.sync = VLLMWeightSync(engine)
         elif not self.fsdp and cfg.train.max_staleness is None and rollout_dtype is None:
@@ -120,11 +121,12 @@ class Orchestrator:
             engine = build_engine(
                 cfg, sampler.to(rollout_dtype) if rollout_dtype else sampler, self.tokenizer
             )
-            if self.fsdp:
-                self.sync = FullCopySync(engine)
-                shard_policy(policy)
-            else:
-                self.sync = CopySync(engine)
+            self.sync = FullCopySync(engine) if self.fsdp else CopySync(engine)
+        # FSDP2: checkpoints gather the master weights from the shards into a plain module, never
+        # from what the engine samples (a bf16 copy, or a vLLM server)
+        self.frame = unsharded_frame(policy) if self.fsdp else None
+        if self.fsdp:
+            shard_policy(policy)
         self.learner = Learner(cfg, policy, engine.pad_id)
         self.collect_ranks = self.ranks  # the collector's collectives (async under torchrun: its own group)
         self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
@@ -201,12 +203,15 @@ class Orchestrator:
             "policy_version": self.learner.version,
         }
         began = time.perf_counter()
+        model = self.learner.weights()
+        if self.frame is not None:  # FSDP2: the master weights from the shards (a collective; rank 0's)
+            model = gathered_model(self.learner.model, self.frame)
         try:
             path = self.ranks.on_main(
                 lambda: ckpt.save_checkpoint(
                     self.run_dir / "checkpoints",
                     self.step,
-                    self.sync.engine.model if self.fsdp else self.learner.weights(),  # FSDP2: the full copy
+                    model,
                     self.tokenizer,
                     trainer_state,
                     state,

@@ -200,7 +200,8 @@ def policy_update(
                 for key, value in stats.items():
                     sums[key] += value * token_share
             if shard is not None:
-                shard.pad(model, padding, temperature)
+                with autocast():  # the same passes as the other ranks' (FSDP2 orders its reductions by them)
+                    shard.pad(model, padding, temperature)
                 shard.reduce_grads(params + (list(critic.module().parameters()) if critic else []))
             if scaler is not None:
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones

@@ -7,54 +7,27 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from tiny import TINY_RUN
+from train_process import finish, start_train
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'rlvr[ray]')")
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # a Ray cluster takes 10-60 s to start
 
-HERE = Path(__file__).resolve().parent
-
 
 def _start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, list[str]]:
-    """``python -m rlvr train`` in its own session; its output lines are collected as they come."""
-    path = os.pathsep.join([str(HERE.parent / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "rlvr", "train", *TINY_RUN, f"output_dir={tmp_path}", "--quiet", *overrides]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    return proc, lines
-
-
-def _finish(proc: subprocess.Popen, lines: list[str], timeout: float) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        pytest.fail(f"rlvr train did not end within {timeout:.0f} s:\n{''.join(lines)[-4000:]}")
+    return start_train(tmp_path, *TINY_RUN, f"output_dir={tmp_path}", *overrides)
 
 
 def test_ranks_as_ray_actors_train_and_rank_zero_writes(tmp_path):
     from rlvr.log import read_jsonl
 
     proc, lines = _start(tmp_path, "name=ray", "cluster.ray=true", "cluster.ranks=2", "train.steps=2")
-    assert _finish(proc, lines, 300) == 0, "".join(lines)[-4000:]
+    assert finish(proc, lines, 300) == 0, "".join(lines)[-4000:]
     out = "".join(lines)
     assert "rank 0: Ray actor pid" in out and "rank 1: Ray actor pid" in out
     rows = read_jsonl(tmp_path / "ray" / "metrics.jsonl")
@@ -77,7 +50,7 @@ def test_a_dead_rank_ends_the_run_with_an_error_naming_it(tmp_path):
     pid = int(re.search(r"rank 1: Ray actor pid (\d+)", "".join(lines)).group(1))
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    code = _finish(proc, lines, 120)
+    code = finish(proc, lines, 120)
     out = "".join(lines)
     assert code == 2, out[-4000:]
     assert "Ray: trainer rank 1 of 2 failed during train: its Ray actor died" in out, out[-4000:]

@@ -506,11 +506,19 @@ class ClusterConfig(Section):
     ray: bool = Field(
         False,
         description="Place the trainer ranks as Ray actors (cluster.ranks of them) on a Ray cluster, "
-        "each running the torchrun path (torch.distributed, train.distributed); needs the ray extra. "
-        "docs/scale.md.",
+        "each running the torchrun path (torch.distributed, train.distributed); with rollout.engine=vllm "
+        "(and no rollout.vllm.url) also one vLLM server per rank, on the rank's node. Needs the ray "
+        "extra. docs/scale.md.",
     )
     ranks: int = Field(2, ge=1, description="Trainer ranks (Ray actors) with cluster.ray.")
     cpus_per_rank: int = Field(1, ge=1, description="CPUs Ray reserves for each rank's actor.")
+    vllm_cpus: int = Field(
+        2,
+        ge=1,
+        description="CPUs Ray reserves for each rank's vLLM server (cluster.ray with rollout.engine=vllm): "
+        "its engine and HTTP threads beside a GPU; on a CPU-only node the cores it generates with. The "
+        "server also gets one GPU when model.device is CUDA.",
+    )
     address: str | None = Field(
         None, description="Address of a running Ray cluster; None starts a local one for the run."
     )
@@ -568,6 +576,13 @@ class RunConfig(Section):
                 f"model.lora.r={self.model.lora.r} is above the largest LoRA rank vLLM serves (512): "
                 "set rollout.vllm.lora_sync=merged to send merged weights instead"
             )
+        if self.cluster.ray and self.rollout.engine == "vllm" and not self.rollout.vllm.url:
+            if self.rollout.vllm.gpus is not None:
+                raise ValueError(
+                    "rollout.vllm.gpus with cluster.ray: Ray places each rank's vLLM server and gives it "
+                    "its own GPU; leave rollout.vllm.gpus out (or give rollout.vllm.url to use a server "
+                    "of your own)"
+                )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")
         from rlvr.config.dependent import resolve_dependent

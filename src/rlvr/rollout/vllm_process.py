@@ -102,12 +102,13 @@ class VLLMServer:
         startup_timeout_s: float = 600.0,
         timeout_s: float = 1800.0,
         env: dict[str, str] | None = None,
+        log_name: str = "vllm_server.log",
     ) -> VLLMServer:
         """Start ``python vllm_server.py server_args`` (``env`` added to this process's environment)
-        and wait until it serves (or fails)."""
+        and wait until it serves (or fails); its output goes to ``log_dir/log_name``."""
         log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="rlvr-vllm-"))
         log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / "vllm_server.log"
+        log_path = log_dir / log_name
         ready = log_dir / f".vllm-ready-{os.getpid()}-{time.monotonic_ns()}.json"
         extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}

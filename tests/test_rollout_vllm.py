@@ -82,6 +82,34 @@ def test_config_takes_lora_with_vllm_up_to_vllms_largest_rank() -> None:
     assert load_config(None, ["rollout.engine=vllm", "model.lora.r=1024", "rollout.vllm.lora_sync=merged"])
 
 
+def test_config_takes_one_gpu_id_from_the_command_line_and_torchrun_refuses_a_shared_url() -> None:
+    from rlvr.config import load_config
+    from rlvr.train.distributed import check_distributed
+
+    assert load_config(None, ["rollout.vllm.gpus=1"]).rollout.vllm.gpus == "1"
+    assert load_config(None, ["rollout.vllm.gpus='0,1'"]).rollout.vllm.gpus == "0,1"
+    cfg = load_config(None, ["rollout.engine=vllm", "rollout.vllm.url=http://127.0.0.1:8000"])
+    check_distributed(cfg, 1)  # one rank: its own server by URL
+    with pytest.raises(RlvrError, match="every rank pushes its weights"):
+        check_distributed(cfg, 2)
+
+
+def test_a_server_removes_the_hand_over_files_named_after_it(tmp_path) -> None:
+    """A trainer killed while writing weights or an adapter leaves them in /dev/shm; the server they
+    were meant for removes them when it stops, and only them."""
+    from rlvr.rollout import vllm_server
+
+    mine = [tmp_path / "rlvr-vllm-s41-7-0.tmp", tmp_path / "rlvr-vllm-s41-7-1.lora"]
+    other = tmp_path / "rlvr-vllm-s42-7-0.pt"
+    mine[0].write_bytes(b"x")
+    (mine[1] / "adapter_config.json").parent.mkdir()
+    (mine[1] / "adapter_config.json").write_text("{}")
+    other.write_bytes(b"x")
+    removed = vllm_server.remove_leftovers({str(tmp_path), str(tmp_path / "absent")}, 41)
+    assert sorted(removed) == sorted(map(str, mine))
+    assert not any(p.exists() for p in mine) and other.exists()
+
+
 # ----------------------------------------------------------------------------- with vLLM
 @pytest.fixture(scope="module")
 def policy():
@@ -266,7 +294,7 @@ def test_lora_push_changes_vllm_as_it_changes_the_policy(
     sync.push(model, version + 2)
     assert engine.server.health()["lora"] is None
     assert _greedy(engine, prompts) == base
-    assert not list(engine.shm_dir.glob(f"rlvr-vllm-{os.getpid()}-*"))  # no adapter left behind
+    assert not list(engine.shm_dir.glob(f"rlvr-vllm-s*-{os.getpid()}-*"))  # no adapter left behind
 
 
 def _grpo_on_vllm(engine, tmp_path, *extra: str) -> tuple[list[dict], dict[int, set[int]], dict]:

@@ -140,6 +140,13 @@ class VLLMConfig(Section):
         description="CUDA_VISIBLE_DEVICES of the server (e.g. '1': a GPU other than the learner's); "
         "None: inherited.",
     )
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_ids_as_text(cls, value: Any) -> Any:
+        """``rollout.vllm.gpus=1`` on the command line arrives as the number 1: one GPU id."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     weight_transfer: Literal["auto", "shm", "nccl"] = Field(
         "auto",
         description="How updated weights reach vLLM: shm (a file in rollout.vllm.shm_dir, same host, any "

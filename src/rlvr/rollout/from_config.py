@@ -94,6 +94,7 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
             startup_timeout_s=v.startup_timeout_s,
             timeout_s=v.request_timeout_s,
             env={"CUDA_VISIBLE_DEVICES": v.gpus} if v.gpus is not None else None,
+            log_name=_server_log_name(),
         )
     try:
         engine = VLLMEngine(
@@ -112,6 +113,12 @@ def build_vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir
     except BaseException:
         server.close()
         raise
+
+
+def _server_log_name() -> str:
+    """Under torchrun every rank starts a server of its own: one log each (rank 0's keeps the name)."""
+    rank = int(os.environ.get("RANK", 0))
+    return f"vllm_server.rank{rank}.log" if rank else "vllm_server.log"
 
 
 def _check_lora(engine, cfg: RunConfig, url: str) -> None:

@@ -80,7 +80,11 @@ class VLLMEngine:
         self.lock = threading.RLock()  # a weight push and a generate call never interleave here either
         self._nccl: _NcclSender | None = None
         self._pushes = itertools.count()
-        self.policy_version = int(server.health()["version"])
+        health = server.health()
+        self.policy_version = int(health["version"])
+        # hand-over files are named after the server's process, which removes any left behind by a
+        # trainer killed while writing one (vllm_server.remove_leftovers)
+        self._shm_prefix = f"rlvr-vllm-s{health.get('pid', 0)}-{os.getpid()}"
         # prompt tokens sent, and those vLLM's prefix cache supplied (what multi-turn episodes,
         # which send the whole conversation each turn, get back from it)
         self.prompt_tokens = 0
@@ -209,7 +213,7 @@ class VLLMEngine:
     def _shm_path(self, suffix: str) -> Path:
         if not self.shm_dir.is_dir():
             raise RlvrError(f"rollout.vllm.shm_dir={self.shm_dir} is not a directory")
-        return self.shm_dir / f"rlvr-vllm-{os.getpid()}-{next(self._pushes)}.{suffix}"
+        return self.shm_dir / f"{self._shm_prefix}-{next(self._pushes)}.{suffix}"
 
     def close(self) -> None:
         self.server.close()

@@ -174,6 +174,7 @@ class Server:
         self.dtype = str(self.llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch.")
         self.lora = None  # the LoRARequest of the adapter generation runs through (None: the base)
         self.lora_ids = 0  # vLLM caches adapters by integer id: each load gets a new one
+        self.shm_dirs = {"/dev/shm"}  # where trainers hand over weights and adapters (remove_leftovers)
         if self.transfer == "shm":
             self.llm.init_weight_transfer_engine({"init_info": {}})
 
@@ -248,6 +249,7 @@ class Server:
             raise ValueError(f"this server was started for {self.transfer} weight transfer")
         if self.transfer == "shm":
             update_info = {"path": req["path"]}
+            self.shm_dirs.add(os.path.dirname(req["path"]))
         else:
             update_info = {k: req[k] for k in ("names", "dtype_names", "shapes")}
         with self.lock:  # no generate runs while the weights change
@@ -271,6 +273,7 @@ class Server:
             raise ValueError("this server was started without LoRA: start it with --max-lora-rank R")
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
             raise ValueError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
+        self.shm_dirs.add(os.path.dirname(path.rstrip("/")))
         began = time.perf_counter()
         with self.lock:  # no generate runs while the adapter changes
             self.lora_ids += 1
@@ -351,6 +354,27 @@ def _watch_parent(parent: int, stop: threading.Event) -> None:
             stop.set()
 
 
+def remove_leftovers(directories: set[str], pid: int) -> list[str]:
+    """Remove the hand-over files and adapter directories that trainers named after this server
+    (``rlvr-vllm-s<pid>-*``: the trainer removes its own, unless it was killed while writing one);
+    returns what was removed."""
+    import glob
+    import shutil
+
+    removed = []
+    for directory in sorted(directories):
+        for path in glob.glob(os.path.join(directory, f"rlvr-vllm-s{pid}-*")):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(path)
+    return removed
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="HF model directory")
@@ -394,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"rlvr vLLM server ready on http://{args.host}:{port} (pid {os.getpid()})", flush=True)
     stop.wait()
     httpd.shutdown()
+    remove_leftovers(server.shm_dirs, os.getpid())
     print("rlvr vLLM server stopped", flush=True)
     sys.stdout.flush()
     sys.stderr.flush()

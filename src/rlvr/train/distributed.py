@@ -255,12 +255,18 @@ def rank_device(device: str, ranks: Solo) -> str:
     return device
 
 
-def check_distributed(cfg: RunConfig) -> None:
-    """Settings that do not run under torchrun yet: an error naming the key."""
+def check_distributed(cfg: RunConfig, world: int) -> None:
+    """Settings that do not run under torchrun (``world`` ranks) yet: an error naming the key."""
     if cfg.train.distributed == "fsdp2" and (cfg.algo.critic.kind != "none" or cfg.model.lora.r):
         raise RlvrError(
             "train.distributed=fsdp2 does not take a critic (algo.critic.kind) or LoRA (model.lora.r) "
             "yet: use train.distributed=ddp"
+        )
+    if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.url and world > 1:
+        raise RlvrError(
+            f"rollout.vllm.url={cfg.rollout.vllm.url} under torchrun: every rank pushes its weights to "
+            "and samples from a server of its own; leave rollout.vllm.url unset (each rank starts one) "
+            "or place them with cluster.ray=true"
         )
 
 

@@ -74,7 +74,7 @@ class Orchestrator:
         # run directory and prints. One process: Solo, whose collectives do nothing.
         self.ranks = start_ranks(cfg.model.device)
         if self.ranks.active:
-            check_distributed(cfg)
+            check_distributed(cfg, self.ranks.world)
             cfg.model.device = rank_device(cfg.model.device, self.ranks)
             if not self.ranks.is_main:
                 self.console, self.quiet = Console(stderr=True, quiet=True), True

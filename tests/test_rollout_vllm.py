@@ -266,7 +266,8 @@ def test_prefix_cache_serves_a_repeated_prompt_until_a_weight_update(engine, pol
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+# merged: the fallback, slow (rlvr.models.lora.merged_weights is checked without vLLM in test_models_lora)
+@pytest.mark.parametrize("lora_sync", ["adapter", pytest.param("merged", marks=pytest.mark.slow)])
 def test_lora_push_changes_vllm_as_it_changes_the_policy(
     engine, policy, adapted, prompts, long_prompt, lora_sync, monkeypatch
 ) -> None:
@@ -339,7 +340,8 @@ def _grpo_on_vllm(engine, tmp_path, *extra: str) -> tuple[list[dict], dict[int, 
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+# with LoRA: slow (the adapter push itself is checked by test_lora_push_changes_vllm_...[adapter])
+@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["full", "lora"])
 def test_grpo_trains_with_the_vllm_engine(engine, tmp_path, lora) -> None:
     """Every step samples with the weights of the previous update (each trajectory's policy_version,
     and the logprob gap to the trainer). With LoRA only the adapters travel after each update, and

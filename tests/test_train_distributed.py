@@ -101,7 +101,8 @@ def torchrun(args: list[str], tmp_path: Path, nproc: int = 2, timeout: float = 2
     return proc.returncode, out
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+# fsdp2: slow (the default run keeps FSDP2 in test_fsdp2_samples_from_a_bf16_copy_and_checkpoints_...)
+@pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_two_ranks_update_equals_one_process(tmp_path, mode):
     """Parameters after the update(s) within 1e-6 (an update moves them by up to ~1e-3), gradients
     of the last step within 2e-6 of their largest entry, metrics within 1e-6 relative (the gradient

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import SMOLLM_RUN
 
 from rlvr.errors import RlvrError
 from rlvr.models.chat import encode_prompt
@@ -308,22 +309,10 @@ def _grpo_on_vllm(engine, tmp_path, *extra: str) -> tuple[list[dict], dict[int, 
     cfg = load_config(
         None,
         [
+            *SMOLLM_RUN,
             f"output_dir={tmp_path}",
             "name=vllm",
-            f"model.name={MODEL}",
             "train.steps=2",
-            "train.log_trajectories=true",
-            "data.train_size=16",
-            "data.eval_size=2",
-            "eval.before=false",
-            "train.final_checkpoint=none",
-            "rollout.prompts_per_step=2",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=12",
-            "algo.dynamic_sampling=false",
-            "data.few_shot=[]",
-            "rewards.workers=1",
-            "rewards.functions=[{name: reasoning_gym}, {name: 'reward_fixtures:scaled_len', weight: 0.01}]",
             "optim.lr=1e-5",
             "rollout.engine=vllm",
             f"rollout.vllm.url={engine.server.url}",

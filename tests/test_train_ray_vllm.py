@@ -18,29 +18,14 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import SMOLLM_RUN
 from train_process import finish, start_train
 
 from rlvr.errors import RlvrError
 
-MODEL = "smollm2-135m-instruct"
 STEPS = 2
 RUN = [
-    f"model.name={MODEL}",
-    "model.threads=1",
-    "train.log_trajectories=true",
-    "data.train_size=16",
-    "data.eval_size=2",
-    "eval.before=false",
-    "train.final_checkpoint=none",
-    "rollout.prompts_per_step=2",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=12",
-    "algo.dynamic_sampling=false",
-    "data.few_shot=[]",
-    "rewards.workers=1",
-    "rewards.functions=[{name: reasoning_gym}, {name: 'reward_fixtures:scaled_len', weight: 0.01}]",
-    "train.time_limit_s=null",
-    "train.time_budget_s=null",
+    *SMOLLM_RUN,
     "rollout.engine=vllm",
     "rollout.vllm.max_model_len=512",
     "cluster.ray=true",

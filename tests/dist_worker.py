@@ -66,6 +66,7 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
     learner = Learner(cfg, policy, pad_id=0)
     if ranks.active:
         distribute_learner(learner, ranks, case.get("mode", "ddp"))
+    rows = count_nograd_rows(learner)
     named = list(learner.model.named_parameters())
     if learner.critic is not None:
         named += [(f"critic.{n}", p) for n, p in learner.critic.module().named_parameters()]
@@ -82,7 +83,28 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
         "params": {n: full(p.detach()).clone() for n, p in named},
         "grads": {n: full(p.grad.detach()).clone() for n, p in named if p.grad is not None},
         "metrics": metrics,
+        "rows": ranks.gather(dict(rows)),  # every rank's no-gradient rows, in rank order
     }
+
+
+def count_nograd_rows(learner: Learner) -> dict[str, int]:
+    """Counters, filled as the learner runs, of the completion rows its no-gradient forward passes
+    see: ``ref`` the reference model's, ``policy`` the policy's (old logprobs, a value head's
+    values). A pass of :func:`rlvr.train.logprobs.completion_logprobs` is a prompt forward (with
+    ``logits_to_keep``, not counted) and a forward of the completions (counted)."""
+    rows = {"ref": 0, "policy": 0}
+
+    def counter(key: str):  # noqa: ANN202
+        def hook(module, args, kwargs):  # noqa: ANN001, ANN202
+            if not torch.is_grad_enabled() and "logits_to_keep" not in kwargs:
+                rows[key] += int(kwargs["input_ids"].shape[0])
+
+        return hook
+
+    if learner.ref_model is not None:
+        learner.ref_model.register_forward_pre_hook(counter("ref"), with_kwargs=True)
+    learner.model.register_forward_pre_hook(counter("policy"), with_kwargs=True)
+    return rows
 
 
 def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001

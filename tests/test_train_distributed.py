@@ -34,7 +34,10 @@ SRC = HERE.parent / "src"
 # parameter by a visible share of lr, whatever the ranks do).
 COMMON = ["optim.grad_clip=1e6", "optim.lr=1e-3", "optim.eps=1e-3"]
 CASES = [
-    {"overrides": ["algo.loss_agg=token-mean"], "groups": 3},  # 3 groups: the ranks get 2 and 1
+    {  # 3 groups: the ranks get 2 and 1; the KL to the reference in the reward (its pass is split)
+        "overrides": ["algo.loss_agg=token-mean", "algo.kl_coef=0.05", "algo.kl_in_reward=true"],
+        "groups": 3,
+    },
     {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 3},
     {"overrides": ["algo.loss_agg=seq-mean-token-sum"], "groups": 4},
     {  # Dr.GRPO
@@ -56,9 +59,13 @@ CASES = [
         "groups": 4,
         "updates": 2,
     },
-    {"overrides": ["algo.loss_agg=seq-mean-token-mean"], "groups": 1},  # rank 1 has no group
+    {  # rank 1 has no group: its share of the old logprobs' and the reference's passes is empty
+        "overrides": ["algo.loss_agg=seq-mean-token-mean", "algo.epochs=2", "algo.kl_coef=0.05"],
+        "groups": 1,
+    },
     {"overrides": ["algo.loss=gspo", "algo.micro_batch_size=1"], "groups": 2},  # sequence-level ratio
-    {  # a value head on the policy (its gradient is summed outside DDP), KL to a reference
+    {  # a value head on the policy (its gradient is summed outside DDP), KL to a reference; two
+        # updates: the head starts at zero, so the values (split over the ranks) count from the 2nd
         "overrides": [
             "algo.advantage=gae",
             "algo.critic.kind=head",
@@ -66,6 +73,7 @@ CASES = [
             "algo.dynamic_sampling=false",
         ],
         "groups": 3,
+        "updates": 2,
     },
     {"overrides": ["model.lora.r=4", "model.lora.alpha=8"], "groups": 3},  # adapters only (DDP)
     # bf16 autocast over fp32 master weights; 3 groups: rank 1's zero-weight pass runs under the
@@ -134,6 +142,15 @@ def test_two_ranks_update_equals_one_process(tmp_path, mode):
                     continue
                 rel = 1e-5 if key == "update/grad_norm" and mode == "fsdp2" else 1e-6
                 assert mg[key] == pytest.approx(value, rel=rel, abs=1e-9), f"{label}: {key}"
+        # The no-gradient passes (reference, old logprobs, a head's values) are split: the rows the
+        # ranks' forwards see add up to one process's (FSDP2 adds the filler passes of a rank with
+        # fewer micro-batches), and with two groups or more no rank sees the whole batch.
+        (whole,) = w["rows"]
+        for key, total in whole.items():
+            shares = [r[key] for r in g["rows"]]
+            assert sum(shares) == total or (mode == "fsdp2" and sum(shares) > total), (label, key, shares)
+            if total and case["groups"] > 1:
+                assert max(shares) < total, (label, key, shares)
 
 
 RUN = [

@@ -46,7 +46,7 @@ from rlvr.train.turns import (
     turn_advantages,
     turn_end_rewards,
 )
-from rlvr.train.update import batch_logprobs, policy_update
+from rlvr.train.update import policy_update, split_logprobs
 from rlvr.trajectory import TrajectoryGroup
 
 
@@ -161,9 +161,8 @@ class Learner:
             rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
             metrics["reward/shaped_mean"] = float(rewards.mean())
         if a.kl_in_reward and self.ref_model is not None:
-            ref = batch_logprobs(
-                self.ref_model, on_device, a.micro_batch_size, temperature, self.precision.autocast()
-            ).cpu()
+            autocast, micro = self.precision.autocast, a.micro_batch_size
+            ref = split_logprobs(self.ref_model, on_device, micro, temperature, autocast, self.shard).cpu()
             kl = sampled_kl(batch.sampling_logprobs, ref, mask)
             context["token_rewards"] = layout.compact(kl_token_rewards(kl, mask, self.coefs.kl))
             metrics["reward/kl"] = float((kl * token_weights(mask, a.loss_agg, max_new)).sum())
@@ -176,8 +175,7 @@ class Learner:
             context["baseline_rewards"] = torch.tensor([g.baseline_reward for g in groups])[index]
         old_values = None
         if self.critic is not None:
-            with self.precision.autocast():
-                old_values = self.critic.batch_values(self.model, on_device, a.micro_batch_size, temperature)
+            old_values = self._batch_values(on_device)
             context["values"] = layout.compact(old_values := old_values.cpu())
         if a.turn_advantage == "turn":
             params = a.advantage_params
@@ -195,6 +193,21 @@ class Learner:
             metrics.update(value_metrics(old_values, returns, mask))
         batch = replace(batch, advantages=estimate.advantages, returns=returns, old_values=old_values)
         return batch.to(cfg.model.device), metrics
+
+    def _batch_values(self, batch: TrainBatch) -> torch.Tensor:
+        """The critic's values of ``batch`` without gradient; under torchrun each rank computes its
+        groups' rows and every rank gets them all (:meth:`rlvr.train.shard.Shard.split_pass`)."""
+        micro, temperature = self.cfg.algo.micro_batch_size, self.cfg.rollout.temperature
+
+        def values(rows: TrainBatch) -> torch.Tensor:
+            with self.precision.autocast():
+                return self.critic.batch_values(self.model, rows, micro, temperature)
+
+        if self.shard is None:
+            return values(batch)
+        # a head runs the policy's forward: a collective when the policy is sharded (FSDP2)
+        sharded = self.critic.shares_policy and self.shard.mode == "fsdp2"
+        return self.shard.split_pass(batch, micro, values, collective=sharded)
 
     @staticmethod
     def _keep_advantages(groups: list[TrajectoryGroup], batch: TrainBatch) -> None:

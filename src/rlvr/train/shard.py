@@ -16,11 +16,19 @@ minibatch, so that every rank takes part in every collective (DDP needs one sync
 backward per step; FSDP2 needs the same forward and backward calls). Their gradient is exactly 0.
 Diagnostics are summed over the ranks too: the token-weighted ones use the whole minibatch's token
 count, so their sum is the one-process mean.
+
+The no-gradient passes over the whole batch (the reference's logprobs, the old policy's of a
+multi-epoch or multi-minibatch update, a critic's values) are split the same way
+(:meth:`Shard.split_pass`): each rank runs its whole groups of the batch, and the rows are
+all-gathered, so every rank holds the one-process tensor, in the batch's order, without N ranks
+each computing all of it. Through a sharded (FSDP2) policy, where a forward is a collective, a rank
+with fewer micro-batches runs filler passes.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -85,17 +93,58 @@ class Shard:
         return wrapped, cls(ranks, "ddp", owned)
 
     # ----------------------------------------------------------------------------- the split
+    def row_owners(self, batch: TrainBatch) -> torch.Tensor:
+        """The rank of each row of ``batch`` [B] (on the CPU): whole groups, balanced by tokens."""
+        index = batch.group_index.cpu()
+        groups = int(index.max()) + 1
+        prompt_tokens = batch.prompt_mask.sum(dim=1)[batch.group_index]
+        row_cost = batch.completion_attention.sum(dim=1).float() + prompt_tokens
+        costs = torch.zeros(groups).index_add_(0, index, row_cost.float().cpu()).tolist()
+        return torch.tensor(assign_groups(costs, self.ranks.world))[index]
+
+    def split_pass(
+        self,
+        batch: TrainBatch,
+        micro: int,
+        compute: Callable[[TrainBatch], torch.Tensor],
+        collective: bool = False,
+    ) -> torch.Tensor:
+        """A no-gradient pass over ``batch`` split over the ranks: ``compute`` ([b, T'] of the rows
+        of a batch, ``micro`` rows per forward) runs over this rank's groups only, and the rows are
+        all-gathered, so every rank returns the [B, T] tensor of the whole batch, in its order.
+
+        ``collective``: a forward of ``compute``'s module is a collective (an FSDP2-sharded policy),
+        so a rank with fewer micro-batches than another runs ``compute`` on a filler of one
+        micro-batch as many times as it is short, its result discarded, and every rank makes the
+        same number of forward calls. Afterwards FSDP2's units free their full parameters (kept
+        after a forward, ``reshard_after_forward=False``, for the backward that does not come)."""
+        owner = self.row_owners(batch)
+        mine = (owner == self.ranks.rank).nonzero().flatten()
+        out = torch.zeros_like(batch.sampling_logprobs)
+        if len(mine):
+            local = batch.select(mine)
+            out[mine.to(out.device), : local.completion_width] = compute(local)
+        if collective:
+            passes = [-(-int((owner == r).sum()) // micro) for r in range(self.ranks.world)]
+            filler = batch.select(slice(0, min(micro, len(batch))))
+            for _ in range(max(passes) - passes[self.ranks.rank]):
+                compute(filler)
+            if self.mode == "fsdp2":
+                from rlvr.train.fsdp import reshard_all
+
+                reshard_all(self.module)
+        parts = self.ranks.gather_all(out[mine.to(out.device)].cpu())
+        for rank, part in enumerate(parts):
+            out[(owner == rank).nonzero().flatten().to(out.device)] = part.to(out.device)
+        return out
+
     def local(
         self, mini: TrainBatch, weights: torch.Tensor, micro: int, rows: torch.Tensor
     ) -> tuple[TrainBatch, torch.Tensor, list[slice], list[TrainBatch], torch.Tensor]:
         """This rank's rows of the minibatch ``mini`` (rows ``rows`` of the whole batch): the rows
         as a batch, their (global) ``weights``, its micro-batch slices, the zero-weight passes that
         keep it in step with the other ranks, and their rows in the whole batch."""
-        index = mini.group_index
-        groups = int(index.max()) + 1
-        row_cost = mini.completion_attention.sum(dim=1).float() + mini.prompt_mask.sum(dim=1)[index]
-        costs = torch.zeros(groups).index_add_(0, index.cpu(), row_cost.float().cpu()).tolist()
-        owner = torch.tensor(assign_groups(costs, self.ranks.world))[index.cpu()]
+        owner = self.row_owners(mini)
         counts = [int((owner == r).sum()) for r in range(self.ranks.world)]
         micro_counts = [-(-n // micro) for n in counts]
         pads = (max(micro_counts) if self.mode == "fsdp2" else 1) - micro_counts[self.ranks.rank]

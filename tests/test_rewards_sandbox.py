@@ -284,3 +284,22 @@ def test_a_program_that_freezes_its_harness_gets_nothing(subreaper):
     )
     assert time.monotonic() - start < 6.0
     assert harness_processes() == []
+
+
+def test_accepting_a_weak_sandbox_warns_on_every_run(fallback, caplog):
+    """Each training run builds its reward spec (and each reward worker checks it again): every
+    time the weak sandbox is accepted the warning says what it exposes, not once per process."""
+    from rlvr.rewards.spec import RewardSpec
+
+    with caplog.at_level("WARNING", logger="rlvr.rewards.sandbox"):
+        for _ in range(2):  # two runs in one process
+            RewardSpec(name="code", params={"allow_unsafe_sandbox": True})
+    warnings = [r.getMessage() for r in caplog.records if "allow_unsafe_sandbox" in r.getMessage()]
+    assert len(warnings) == 2
+    text = warnings[0]
+    for exposed in ("READ", "WRITE to the host's /tmp", "symlinks", "/proc", "killed when the run ends"):
+        assert exposed in text
+    if fallback == "rlimits":
+        assert "NETWORK" in text and "loopback" in text
+    else:
+        assert "no network" in text

@@ -272,6 +272,58 @@ def test_environment_steps_run_concurrently(tok) -> None:
     assert all(t.turn_rewards == [1.0] and not t.errors for g in groups for t in g)
 
 
+class Stuck(Environment):
+    """A step that blocks until the environment is closed; records what the rollout told it."""
+
+    def __init__(self) -> None:
+        self.closed, self.limits = threading.Event(), []
+
+    def limit_step(self, seconds: float) -> None:
+        self.limits.append(seconds)
+
+    def step(self, text: str) -> Step:
+        self.closed.wait(60)
+        return Step([{"role": "tool", "content": "late"}])
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class Quick(Stuck):
+    def step(self, text: str) -> Step:
+        return Step(done=True)
+
+
+def test_a_step_past_its_time_is_closed_and_the_episode_time_bounds_a_step(tok) -> None:
+    engine = ScriptedEngine(tok, ["hello"])
+    envs: list[Stuck] = []
+
+    def make(kind):
+        return lambda e: envs.append(kind()) or envs[-1]
+
+    def play(kind, limits: EpisodeLimits, stats: EpisodeStats | None = None):
+        return run_episodes(
+            engine, tok, [(0, _example(0))], make(kind), SamplingParams(n=1), limits, threads, stats
+        )
+
+    with ThreadPoolExecutor(2) as threads:
+        start = time.monotonic()
+        (t,) = play(Stuck, EpisodeLimits(step_timeout_s=0.5))[0]
+        assert time.monotonic() - start < 2.0  # not the 60 s the step would block
+        assert t.errors == {"env": "environment step timed out after 0.5s"}
+        # told its time before the step, and closed (which here unblocks it) when that ran out
+        assert envs[0].closed.is_set() and envs[0].limits == [pytest.approx(0.5, abs=0.2)]
+        # the episode's own limit bounds a step too, not only the time between turns
+        stats, start = EpisodeStats(), time.monotonic()
+        (t,) = play(Stuck, EpisodeLimits(step_timeout_s=30.0, episode_timeout_s=0.5), stats)[0]
+        assert time.monotonic() - start < 2.0
+        assert t.finish_reason == "length" and not t.errors and stats.counters["episode_timeouts"] == 1.0
+        assert envs[1].closed.is_set() and envs[1].limits[0] <= 0.5
+        # an episode that ends normally is closed as well, when its batch is over
+        (t,) = play(Quick, EpisodeLimits())[0]
+        assert t.finish_reason == "stop" and envs[2].closed.is_set()
+
+
 def test_calculator_tool() -> None:
     assert evaluate_expression("12 + 34 * 5") == "182" and evaluate_expression("7 / 2") == "3.5"
     for bad in ("__import__('os')", "1/0", "9**9**9", "x + 1", "1" * 300):

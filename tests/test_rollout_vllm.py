@@ -214,6 +214,16 @@ def test_greedy_tokens_match_the_hf_engine(engine, policy, prompts) -> None:
     # vLLM takes n = 1 only for greedy sampling: n greedy completions are n requests
     groups = engine.generate(prompts, SamplingParams(n=2, temperature=0.0, max_new_tokens=10))
     assert [[c.token_ids for c in g] for g in groups] == [[ids, ids] for ids in greedy]
+    # ... and each request's logprobs, not only its tokens, are the trainer's (greedy: temperature 1,
+    # the HF engine's convention), both copies in each group
+    sampled, trainer = _trainer_logprobs(model, groups, engine.pad_id, 1.0)
+    assert (sampled - trainer).abs().max() < TOLERANCE
+    assert all(g[0].logprobs == g[1].logprobs for g in groups)
+    hf_logprobs = [
+        g[0].logprobs for g in hf.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=10))
+    ]
+    for g, expected in zip(groups, hf_logprobs):
+        assert torch.allclose(torch.tensor(g[1].logprobs), torch.tensor(expected), atol=TOLERANCE)
 
 
 @pytest.mark.vllm

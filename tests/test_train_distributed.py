@@ -141,7 +141,11 @@ def test_two_ranks_update_equals_one_process(tmp_path, mode):
                 if key.endswith("_max"):  # a per-micro-batch maximum: the ranks' micro-batches differ
                     continue
                 rel = 1e-5 if key == "update/grad_norm" and mode == "fsdp2" else 1e-6
-                assert mg[key] == pytest.approx(value, rel=rel, abs=1e-9), f"{label}: {key}"
+                # the KL (about 1e-4) is a small difference of logprobs: the reference pass split over
+                # the ranks computes those in other matmul shapes, which moved it by 2e-9 on an AMD
+                # EPYC (1.9e-5 relative); a wrong reference moves it by its own size
+                tiny = 1e-8 if key == "update/kl" else 1e-9
+                assert mg[key] == pytest.approx(value, rel=rel, abs=tiny), f"{label}: {key}"
         # The no-gradient passes (reference, old logprobs, a head's values) are split: the rows the
         # ranks' forwards see add up to one process's (FSDP2 adds the filler passes of a rank with
         # fewer micro-batches), and with two groups or more no rank sees the whole batch.

@@ -128,7 +128,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     from rlvr.eval.evaluate import evaluate
     from rlvr.log import eval_progress
     from rlvr.models import load_model, load_tokenizer
-    from rlvr.models.chat import encode_prompt
+    from rlvr.models.chat import encode_prompts, rollout_context
     from rlvr.rewards.scoring import eval_pool, score_completions, wants_self_certainty
     from rlvr.rollout.from_config import build_engine
 
@@ -151,7 +151,11 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
             return collector.evaluate("eval", console, quiet)[0]
         finally:
             collector.close()
-    prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
+    # a prompt that cannot fit the context (with its completion) is refused now, naming its row
+    context, context_from = rollout_context(cfg, engine)
+    new_tokens_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens"
+    max_new_tokens = cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens
+    prompts = encode_prompts(tokenizer, examples, context, max_new_tokens, context_from, new_tokens_key)
     with eval_pool(cfg.rewards) as pool:
         if console is not None:  # the model is loaded and the reward workers are up
             console.print(starting, highlight=False)

@@ -250,6 +250,7 @@ def reward_cmd(
 ) -> None:
     """Score a file of completions offline: mean reward, per-component means, errors, examples."""
     from rlvr.rewards.offline import print_summary, score_file, score_with_config
+    from rlvr.safe_parse import loads_json
 
     if config is not None or overrides:
         if task or reward or params:
@@ -264,7 +265,7 @@ def reward_cmd(
         if out:
             raise RlvrError("--out needs --config")
         try:
-            parsed = json.loads(params) if params else None
+            parsed = loads_json(params, "--params") if params else None
         except json.JSONDecodeError as err:
             raise RlvrError(f"--params is not valid JSON: {err}") from err
         summary = score_file(

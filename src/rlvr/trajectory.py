@@ -28,6 +28,7 @@ from typing import Any
 
 from rlvr.errors import RlvrError
 from rlvr.rollout.base import Completion
+from rlvr.safe_parse import loads_json
 
 SAMPLED, CONTEXT = "sampled", "context"
 
@@ -205,7 +206,7 @@ def read_trajectory_groups(
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_json(line, f"{path}:{number}")
             if any(row.get(k) != v for k, v in where.items()):
                 continue
             trajectory = _trajectory_from_record(row)

@@ -33,10 +33,11 @@ from rlvr.data import Example
 from rlvr.data.sampler import PromptSampler
 from rlvr.envs import Environment, make_env
 from rlvr.envs.base import env_factory
+from rlvr.envs.data_params import check_env_examples, env_params, route_env
 from rlvr.errors import RlvrError
 from rlvr.eval.evaluate import evaluate
 from rlvr.log import eval_progress
-from rlvr.models.chat import encode_prompt
+from rlvr.models.chat import encode_prompts, rollout_context
 from rlvr.rewards.scoring import eval_pool, score_completions, training_pool, wants_self_certainty
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import check_template
@@ -76,8 +77,21 @@ class Collector:
     ) -> None:
         self.cfg, self.engine = cfg, engine
         self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
-        self.train_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.train_examples]
-        self.eval_prompts = [encode_prompt(tokenizer, e.prompt) for e in self.eval_examples]
+        # prompts that cannot fit the context (with the completion) are refused here, naming the row;
+        # a huge one before it is tokenized
+        context, context_from = rollout_context(cfg, engine)
+        self.train_prompts = encode_prompts(
+            tokenizer, self.train_examples, context, cfg.rollout.max_new_tokens, context_from
+        )
+        eval_key = "eval.max_new_tokens" if cfg.eval.max_new_tokens else "rollout.max_new_tokens"
+        self.eval_prompts = encode_prompts(
+            tokenizer,
+            self.eval_examples,
+            context,
+            cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+            context_from,
+            eval_key,
+        )
         self.pool = training_pool(cfg.rewards) if cfg.rewards.functions else None
         self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
         # the engine computes per-token self-certainty only when a reward takes it
@@ -95,6 +109,9 @@ class Collector:
         )
         self.episode_stats = EpisodeStats()
         self._env_threads: ThreadPoolExecutor | None = None
+        # data rows name environments and their params: refuse import paths and unsafe params now,
+        # naming the row, before any module is imported or episode is played
+        check_env_examples((*self.train_examples, *self.eval_examples), env.name, env.params)
         if len({bool(self.env_of(e)) for e in self.eval_examples}) > 1:
             raise RlvrError(
                 "the held-out set mixes environment episodes and single-turn problems; evaluate them "
@@ -140,8 +157,9 @@ class Collector:
         )
 
     def env_of(self, example: Example) -> str | None:
-        """The environment an example plays out in (its ``metadata.env``, else ``env.name``), or None."""
-        return example.metadata.get("env") or self.cfg.env.name
+        """The environment an example plays out in (its ``metadata.env``, else ``env.name``), or None.
+        A row may name only a registered environment or the config's (:mod:`rlvr.envs.data_params`)."""
+        return route_env(example, self.cfg.env.name)
 
     def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
         """``rollout.group_size`` scored trajectories for each training example in ``indices``:
@@ -356,10 +374,7 @@ class Collector:
 
     def _make_env(self, example: Example) -> Environment:
         name = self.env_of(example)
-        params = example.metadata.get("env_params") or (
-            self.cfg.env.params if name == self.cfg.env.name else {}
-        )
-        return make_env(name, params)
+        return make_env(name, env_params(example, name, self.cfg.env.name, self.cfg.env.params))
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._env_threads is None:

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from rlvr.config.schema import RunConfig
 from rlvr.errors import RlvrError
+from rlvr.safe_parse import load_yaml
 
 # Shipped inside the package (a wheel has them); the repository's recipes/ is a link to it.
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
@@ -38,7 +39,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise RlvrError(f"override '{item}' has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = load_yaml(raw, f"override {key}=...") if raw else ""
     except yaml.YAMLError as err:
         raise RlvrError(f"override '{item}': value is not valid YAML ({err})") from err
     if isinstance(value, str):
@@ -73,7 +74,7 @@ def read_yaml(path: str | Path) -> dict:
         else:
             raise RlvrError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text(), f"config file {path}") or {}
     except (OSError, UnicodeDecodeError) as err:
         raise RlvrError(f"cannot read config file {path}: {err}") from err
     except yaml.YAMLError as err:

@@ -16,7 +16,8 @@ class Example:
     names where the example came from (a reasoning-gym task name, a file stem); ``verifier`` names
     the reward function that should score it when a dataset mixes sources. ``metadata`` carries
     anything else a verifier needs (e.g. the reasoning-gym entry); it must be picklable because
-    rewards run in worker processes.
+    rewards run in worker processes. ``origin`` says where a row read from a file or dataset came
+    from (``data.jsonl line 7``), so that a check made later, at start-up, can name the row.
     """
 
     id: str
@@ -25,6 +26,7 @@ class Example:
     data_source: str = "unknown"
     verifier: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    origin: str | None = None
 
     @property
     def question(self) -> str:
@@ -33,3 +35,8 @@ class Example:
             if message.get("role") == "user":
                 return message.get("content", "")
         return ""
+
+    @property
+    def where(self) -> str:
+        """How errors name this example: its origin when it was read from data, else its id."""
+        return self.origin or f"example {self.id!r}"

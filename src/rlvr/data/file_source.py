@@ -16,6 +16,7 @@ from typing import Any
 from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION
 from rlvr.data.rows import ColumnMapping, LoadedExamples, rows_to_examples
 from rlvr.errors import RlvrError
+from rlvr.safe_parse import MAX_JSON_DEPTH, loads_json
 
 Rows = Iterator[tuple[str, dict[str, Any]]]
 
@@ -33,7 +34,7 @@ def _jsonl_rows(path: Path) -> Rows:
             continue
         where = f"{path.name} line {line_number}"
         try:
-            row = json.loads(line)
+            row = loads_json(line, where)
         except json.JSONDecodeError as error:
             raise RlvrError(f"{where}: not valid JSON ({error.msg} at column {error.colno}).") from error
         yield where, row
@@ -44,7 +45,7 @@ def _json_rows(path: Path) -> Rows:
     if not text.strip():
         raise RlvrError(f"{path.name}: the file is empty.")
     try:
-        data = json.loads(text)
+        data = loads_json(text, path.name, MAX_JSON_DEPTH + 1)  # + 1: the list holding the rows
     except json.JSONDecodeError as error:
         hint = " If it holds one object per line, name it .jsonl." if error.msg == "Extra data" else ""
         raise RlvrError(

@@ -28,6 +28,7 @@ from typing import Any
 from rlvr.data.example import Example
 from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION, build_messages
 from rlvr.errors import RlvrError
+from rlvr.safe_parse import check_depth, loads_json
 
 # Columns with these names route a row to its own verifier / data source, so one file can mix
 # tasks (math rows scored by math_verify next to puzzle rows scored by reasoning_gym).
@@ -117,7 +118,7 @@ def _messages_from(value: Any, where: str, key: str) -> list[dict[str, str]]:
     """Validate a chat column; CSV cells carry it as a JSON string, so parse that first."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads_json(value, f"{where}: column {key!r}")
         except json.JSONDecodeError as error:
             raise RlvrError(
                 f"{where}: column {key!r} is text but not a JSON list of messages ({error})."
@@ -271,6 +272,7 @@ def _read_row(
         data_source=_override(row, DATA_SOURCE_COLUMN, mapping.data_source),
         verifier=_override(row, VERIFIER_COLUMN, mapping.verifier),
         metadata={k: v for k, v in row.items() if k not in used},
+        origin=where,
     )
     reading = f"prompt from {prompt.column!r} ({prompt.how}); reference from "
     reading += (
@@ -298,6 +300,7 @@ def rows_to_examples(
     for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
             raise RlvrError(f"{where}: expected an object with named fields, got {type(row).__name__}.")
+        check_depth(row, where)  # an HF or Parquet row nested too deep to copy, pickle or log
         example, reading = _read_row(row, where, mapping, f"{id_prefix}-{i}")
         if example.id in first_seen:
             raise RlvrError(

@@ -60,6 +60,20 @@ class Environment(ABC):
         """Numbers about the finished episode for the logs (e.g. ``solved``); default none."""
         return {}
 
+    def limit_step(self, seconds: float) -> None:
+        """The rollout says, before each :meth:`step`, how many wall-clock seconds that step may
+        take (the step timeout, or less when the episode's own time is running out). An
+        environment that runs tools should cap their timeouts by it, so that a slow call ends as
+        a tool error the model can read rather than as a timed-out episode. Default: ignored."""
+        return None
+
+    def close(self) -> None:
+        """Stop whatever this episode still runs (a tool call in flight) and release it. The
+        rollout calls it when a step passes its time limit (from another thread, while
+        :meth:`step` may still be running) and when the episode is over; it must return quickly
+        and may be called more than once. Default: nothing to stop."""
+        return None
+
 
 EnvFactory = Callable[..., Environment]
 ENVIRONMENTS: Registry[EnvFactory] = Registry("environment")

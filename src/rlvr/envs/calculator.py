@@ -22,6 +22,7 @@ import re
 from fractions import Fraction
 
 from rlvr.envs.base import Environment, Step, register_env
+from rlvr.envs.data_params import DataParam
 
 _TAG = re.compile(r"<calc>(.*?)</calc>", re.DOTALL)
 _HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -87,7 +88,7 @@ def parse_call(text: str) -> tuple[str | None, str | None]:
     try:
         call = json.loads(body)
         name, args = call["name"], call.get("arguments", {})
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # ValueError: JSON
         return None, 'malformed tool call: expected {"name": ..., "arguments": {...}}'
     if name != "calculator":
         return None, f"unknown tool {name!r}; the only tool is calculator"
@@ -119,6 +120,12 @@ class Calculator(Environment):
     tool, one worked exchange (question → call → result → answer), then the example's question."""
 
     stop_strings = ("</calc>", "</tool_call>")
+    # what a data row's env_params may set (rlvr.envs.data_params); nothing else comes from data
+    data_params = {
+        "tool_error_penalty": DataParam(float, 0.0, 1.0),
+        "max_chars": DataParam(int, 1, 4000),
+        "demonstrate": DataParam(bool),
+    }
 
     def __init__(
         self, tool_error_penalty: float = 0.0, max_chars: int = 200, demonstrate: bool = True

@@ -27,6 +27,7 @@ from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
+from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
@@ -157,6 +158,12 @@ class FrozenLake(Environment):
     """
 
     stop_strings = ("</move>",)
+    # what a data row's env_params may set (rlvr.envs.data_params); bounds keep a board cheap to draw
+    data_params = {
+        "size": DataParam(int, 2, 16),
+        "holes": DataParam(int, 0, 255),
+        "max_moves": DataParam(int, 1, 1000),
+    }
 
     def __init__(self, size: int = 4, holes: int = 3, max_moves: int | None = None) -> None:
         self.size, self.holes = size, holes

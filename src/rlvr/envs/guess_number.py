@@ -22,6 +22,7 @@ from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
+from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
 
 _GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>", re.IGNORECASE)
@@ -69,6 +70,8 @@ class GuessNumber(Environment):
     and ``invalid_actions``."""
 
     stop_strings = ("</guess>",)
+    # what a data row's env_params may set (rlvr.envs.data_params)
+    data_params = {"high": DataParam(int, 2, 10**12), "max_guesses": DataParam(int, 1, 100)}
 
     def __init__(self, high: int = 100, max_guesses: int | None = None) -> None:
         if high < 2:

@@ -21,10 +21,12 @@ from typing import Literal
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
+from rlvr.envs.data_params import DataParam
 from rlvr.envs.search_corpus import Corpus, Document, Question, build_corpus
 from rlvr.rewards.builtin import exact_match_reward
 
 DEFAULT_CORPUS_SIZE = 200
+MAX_CORPUS_SIZE = 10000  # the largest corpus a data row may ask for (it is generated and indexed)
 
 _SEARCH_OPEN, _SEARCH_CLOSE = "<search>", "</search>"
 _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
@@ -146,6 +148,18 @@ class SearchEnv(Environment):
     """
 
     stop_strings = (_SEARCH_CLOSE,)
+    # what a data row's env_params may set (rlvr.envs.data_params); a corpus is built per
+    # (seed, size), so its size is bounded for rows (metadata corpus_size too: MAX_CORPUS_SIZE)
+    data_params = {
+        "k": DataParam(int, 1, 50),
+        "max_chars": DataParam(int, 1, 20000),
+        "max_turns": DataParam(int, 1, 32),
+        "role": DataParam(str, choices=("tool", "user")),
+        "corpus_seed": DataParam(int, 0, 2**31 - 1),
+        "corpus_size": DataParam(int, 1, MAX_CORPUS_SIZE),
+        "demonstrate": DataParam(bool),
+        "retrieval_reward": DataParam(float, 0.0, 1.0),
+    }
 
     def __init__(
         self,
@@ -177,6 +191,10 @@ class SearchEnv(Environment):
             raise ValueError(f"search env: example {example.id!r} has no reference answer")
         seed = int(example.metadata.get("corpus_seed", self._default_corpus[0]))
         size = int(example.metadata.get("corpus_size", self._default_corpus[1]))
+        if not 1 <= size <= MAX_CORPUS_SIZE:  # rows name their corpus: each size is a corpus built
+            raise ValueError(
+                f"search env: {example.where}: corpus_size must be 1..{MAX_CORPUS_SIZE}, got {size}"
+            )
         self._example, self._index = example, corpus_index(seed, size)
         self._gold, self._found = frozenset(int(d) for d in example.metadata.get("gold_docs", ())), set()
         self.turns = self.searches = self.invalid_turns = 0

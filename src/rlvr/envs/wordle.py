@@ -35,6 +35,7 @@ from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
+from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
 from rlvr.envs.wordle_words import WORDS
 
@@ -141,6 +142,8 @@ class Wordle(Environment):
     guesses) and ``invalid_actions``."""
 
     stop_strings = ("</guess>",)
+    # what a data row's env_params may set (rlvr.envs.data_params)
+    data_params = {"max_guesses": DataParam(int, 1, 100), "words_only": DataParam(bool)}
 
     def __init__(self, max_guesses: int = 6, words_only: bool = False) -> None:
         if max_guesses < 1:

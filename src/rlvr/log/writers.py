@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlvr.safe_parse import loads_json
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -37,7 +39,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+    return [loads_json(line, f"{path}:{number}") for number, line in lines if line.strip()]
 
 
 def truncate_after_step(path: Path, step: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from rlvr.errors import RlvrError
+from rlvr.safe_parse import load_yaml, loads_json
 
 # key -> (check, what it should be) for the keys a report reads; others pass through untouched
 _NUMBER = (lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), "a number")
@@ -80,7 +81,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_json(line, f"{path}:{number}")
         except json.JSONDecodeError as err:
             raise RlvrError(f"{path}:{number}: not valid JSON ({err.msg})") from err
         if not isinstance(row, dict):
@@ -137,7 +138,7 @@ def load_run(directory: str | Path) -> Run:
     config = path / "config.yaml"
     if config.is_file():
         try:
-            loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+            loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise RlvrError(f"{config}: not valid YAML ({err})") from err
         run.config = loaded if isinstance(loaded, dict) else None

@@ -13,7 +13,9 @@ program itself: it runs it in forked children, each under its own rlimits and ti
 
 It reports outcomes as one JSON document on ``report_fd``, a pipe that only the harness holds: the
 children close their copy before any untrusted code runs, and the harness is non-dumpable, so they
-cannot reopen it through ``/proc``. The parent only trusts a report that ends with ``"done": true``:
+cannot reopen it through ``/proc``. After each program run it kills every process the program left
+(:func:`~rlvr.rewards._sandbox_process.kill_all`), so that nothing of one case reaches the next.
+The parent only trusts a report that ends with ``"done": true``:
 a program that kills or freezes the harness cannot produce one. The harness writes ``started``
 first, so the parent can tell a sandbox that never came up (an infrastructure error) from a program
 that killed its harness (a failed run).
@@ -25,7 +27,13 @@ import time
 
 from rlvr.rewards._sandbox_codec import decode, receive  # sandbox: inlined
 from rlvr.rewards._sandbox_functions import run_function  # sandbox: inlined
-from rlvr.rewards._sandbox_process import no_dumps, read_capped, spawn, wait  # sandbox: inlined
+from rlvr.rewards._sandbox_process import (  # sandbox: inlined
+    become_subreaper,
+    no_dumps,
+    read_capped,
+    spawn,
+    wait,
+)
 
 STARTED = b"started\n"
 
@@ -36,6 +44,7 @@ def main() -> None:
     config = decode(receive(0))
     report_fd = config["report_fd"]
     no_dumps()
+    become_subreaper()  # the program's orphans (double forks) are re-parented here, to be swept
     os.write(report_fd, STARTED)  # from here on, a missing report is the program's doing
     os.chdir(config["workdir"])
     budget_end = time.monotonic() + config["budget_s"]

@@ -9,6 +9,20 @@ capabilities) can neither ptrace it nor open its ``/proc/<pid>/{fd,mem}``.
 
 Why fork instead of exec'ing a fresh interpreter per case: a fork costs about a millisecond, an
 interpreter start about 20; the untrusted code only ever runs after the fork.
+
+When a child ends, :func:`kill_all` kills every process the program left (daemons that called
+``setsid`` or double-forked included), so that nothing of one case survives into the next. How it
+finds them is the run's ``sweep`` (chosen by :mod:`rlvr.rewards.sandbox` per backend):
+
+- ``"namespace"`` (bubblewrap, ``unshare``: a pid namespace of the run's own) and ``"uid"``
+  (``rlimits`` as root: a uid of the run's own): ``kill(-1, SIGKILL)``, which reaches every
+  process the harness may signal except itself and its namespace's init, that is exactly the
+  run's processes; repeated until none is left;
+- ``"descendants"``: (``rlimits`` without root: the program shares the trainer's uid) the harness
+  is a child subreaper, so orphaned and double-forked processes are re-parented to it and stay its
+  descendants, found through ``/proc``.
+
+The same module gives :mod:`rlvr.rewards._sandbox_supervisor` and the trainer :func:`sweep_uid`.
 """
 
 import builtins
@@ -19,22 +33,40 @@ import signal
 import sys
 import time
 
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_REAPED: dict = {}  # pid -> (wait status, rusage) of children reaped by a sweep
 
-def no_dumps() -> None:
-    """Make /proc/<harness>/{fd,mem} and ptrace inaccessible to the children (same uid)."""
+
+def prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)``; False when it failed or ctypes is missing."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:  # noqa: BLE001 - without ctypes the harness is merely less protected
-        pass
+        return ctypes.CDLL(None).prctl(option, value, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001 - without ctypes the process is merely less protected
+        return False
+
+
+def no_dumps() -> None:
+    """Make /proc/<harness>/{fd,mem} and ptrace inaccessible to the children (same uid)."""
+    prctl(_PR_SET_DUMPABLE, 0)
+
+
+def become_subreaper() -> None:
+    """Orphans among our descendants are re-parented to us (not to init), so they stay findable."""
+    prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def limit_child(config: dict, keep_fds: tuple = ()) -> None:
-    """In the forked child, before untrusted code: own process group, rlimits, no stray fds."""
+    """In the forked child, before untrusted code: own process group, rlimits, no stray fds, and
+    no new privileges (a setuid program it runs does not gain its owner's rights)."""
     os.setpgid(0, 0)
+    prctl(_PR_SET_NO_NEW_PRIVS, 1)
     limits = config["limits"]
-    cpu = max(1, int(limits["case_s"] + 0.999))
+    cpu = cpu_seconds(config)
     settings = [
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (limits["memory_bytes"],) * 2),
@@ -124,17 +156,22 @@ def _add_exit_builtins() -> None:
 
 
 def wait(pid: int, seconds: float, config: dict) -> tuple[str, int | None, float]:
-    """Wait up to ``seconds`` for the child; kill its group (and stragglers) either way."""
+    """Wait up to ``seconds`` for the child; kill its group (and stragglers) either way.
+
+    The status says which limit ended it, from what the harness saw, never from how long it took:
+    ``"timeout"`` when the wall-clock limit passed (the harness killed it) or the CPU limit did
+    (``SIGXCPU`` at the soft limit, or ``SIGKILL`` at the hard one with the CPU time to show for
+    it), so a program that overruns is classified the same on an idle and on a loaded machine."""
     start = time.monotonic()
     deadline = start + seconds
-    status = None
+    status = usage = None
     pidfd = None
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pass
     while True:
-        done, raw = os.waitpid(pid, os.WNOHANG)
+        done, raw, usage = _reap(pid, os.WNOHANG)
         if done:
             status = raw
             break
@@ -150,41 +187,147 @@ def wait(pid: int, seconds: float, config: dict) -> tuple[str, int | None, float
     elapsed = time.monotonic() - start
     kill_all(pid, config)
     if status is None:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:  # already reaped by the sweep
-            pass
+        _reap(pid, 0)  # killed above (or already reaped by the sweep)
         return "timeout", None, elapsed
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        return ("timeout" if sig == signal.SIGXCPU else f"signal {sig}"), None, elapsed
+        return ("timeout" if _cpu_limit_hit(sig, usage, config) else f"signal {sig}"), None, elapsed
     return ("ok" if os.WEXITSTATUS(status) == 0 else "exit"), os.WEXITSTATUS(status), elapsed
 
 
+def _cpu_limit_hit(sig: int, usage, config: dict) -> bool:
+    if sig == signal.SIGXCPU:
+        return True
+    if sig != signal.SIGKILL or usage is None:
+        return False
+    return usage.ru_utime + usage.ru_stime >= cpu_seconds(config) - 0.01
+
+
+def cpu_seconds(config: dict) -> int:
+    """The soft CPU limit of a program run (the hard one is a second more)."""
+    return max(1, int(config["limits"]["case_s"] + 0.999))
+
+
+def _reap(pid: int, flags: int) -> tuple[bool, int | None, object]:
+    """``(done, wait status, rusage)`` of our child ``pid``, also when a sweep reaped it first."""
+    if pid in _REAPED:
+        return (True, *_REAPED.pop(pid))
+    try:
+        done, status, usage = os.wait4(pid, flags)
+    except ChildProcessError:  # reaped by someone else: nothing is known of how it ended
+        return True, None, None
+    return (True, status, usage) if done else (False, None, None)
+
+
+def reap_children() -> None:
+    """Reap every child that has ended (orphans re-parented to us included), keeping their status."""
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _REAPED[pid] = (status, usage)
+
+
 def kill_all(pid: int, config: dict) -> None:
-    """Kill the child's process group, and in our own pid namespace every process but us and init."""
+    """Kill the child's process group and every other process of the program (see the module's
+    docstring for how they are found), reaping what ends."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
-    if not config.get("own_pid_namespace"):
-        return
+    sweep = config.get("sweep")
     me = os.getpid()
-    for _ in range(3):  # a fork bomb keeps forking while we sweep
-        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
-        if not others:
-            break
-        for other in others:
+    for _ in range(50):  # a fork bomb keeps forking while we sweep; each pass kills what exists
+        if sweep in ("namespace", "uid"):
             try:
-                os.kill(other, signal.SIGKILL)
-            except OSError:
-                pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+                os.kill(-1, signal.SIGKILL)  # ESRCH: no other process in our pid namespace
+            except ProcessLookupError:
+                reap_children()
+                return
+            reap_children()
+            # kill(-1) succeeds while any other process is visible, so for a uid look it up
+            alive = sweep == "namespace" or any(p != me for p in processes_of_uid(os.getuid()))
+        elif sweep == "descendants":
+            alive = kill_pids(descendants(me))
+            reap_children()
+        else:
+            return
+        if not alive:
+            return
+        time.sleep(0.001)
+
+
+def kill_pids(pids: list) -> bool:
+    """SIGKILL each of ``pids``; whether any was still there."""
+    found = False
+    for other in pids:
+        try:
+            os.kill(other, signal.SIGKILL)
+            found = True
+        except OSError:
+            pass
+    return found
+
+
+def _stat(pid: str) -> tuple[int, str] | None:
+    """``(parent pid, state)`` of a process from ``/proc/<pid>/stat``; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()  # the name may hold spaces and ")"
+        return int(fields[1]), fields[0].decode()
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root: int) -> list:
+    """Live (non-zombie) descendants of ``root``, from ``/proc``."""
+    children: dict = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            info = _stat(pid)
+            if info is not None and info[1] != "Z":
+                children.setdefault(info[0], []).append(int(pid))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def processes_of_uid(uid: int) -> list:
+    """Live processes any of whose user ids (real, effective, saved, file system) is ``uid``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except (OSError, ValueError):
+            continue
+        uids = fields.get("Uid", "").split()
+        if str(uid) in uids and not fields.get("State", "").strip().startswith("Z"):
+            found.append(int(pid))
+    return found
+
+
+def sweep_uid(uid: int, seconds: float = 5.0) -> bool:
+    """(as root) SIGKILL every process of ``uid`` until none is left; False if some outlived
+    ``seconds`` (e.g. stuck in the kernel)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        pids = processes_of_uid(uid)
+        if not pids:
+            return True
+        kill_pids(pids)
+        reap_children()
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
 
 
 def read_capped(path: str, limit: int) -> tuple[str, bool]:

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
-from rlvr.rewards.extract import ExtractMode, as_number, choice_letter, extract_answer, normalize_answer
+from rlvr.rewards.extract import ExtractMode, choice_letter, exact_number, extract_answer, normalize_answer
 from rlvr.rewards.math_equiv import ReferenceUnparsable, math_equivalent
-from rlvr.rewards.registry import get_reward, is_group_reward, register_reward
+from rlvr.rewards.registry import register_reward
+from rlvr.rewards.routing import check_routes, config_listed, routed_reward
 from rlvr.rewards.spec import POOL_KWARGS
 
 
@@ -62,6 +65,7 @@ def math_reward(
     *,
     extract: ExtractMode = "auto",
     max_answer_chars: Annotated[int, Gt(0)] = 2000,
+    tolerance: Annotated[float, Ge(0)] | None = None,
 ) -> float:
     """1.0 if the extracted answer is mathematically equivalent to ``example.reference`` (math-verify).
 
@@ -69,6 +73,11 @@ def math_reward(
     notation, units in ``\\text{}``, intervals (and solved inequalities for them), sets, tuples,
     matrices, LaTeX or plain text, and symbolic expressions; :mod:`rlvr.rewards.math_equiv` says
     where rlvr corrects math-verify.
+
+    Numbers are compared exactly when the reference states them exactly ("0.5" = "1/2" = ".50",
+    but "0.5000001" scores 0 for "0.5"); a reference no decimal can state ("1/3", "\\sqrt{2}")
+    accepts a decimal to 6 significant figures. ``tolerance`` (off by default) also accepts a
+    number within ``tolerance × |reference|`` of a single-number reference.
 
     math-verify's own timeouts use ``signal.alarm``, which fails outside the main thread and
     silently returned 0 in other frameworks; they are switched off here because the pool enforces
@@ -83,7 +92,7 @@ def math_reward(
     if len(answer) > max_answer_chars:
         raise ValueError(f"answer of {len(answer)} characters exceeds max_answer_chars={max_answer_chars}")
     try:
-        return 1.0 if math_equivalent(example.reference, answer) else 0.0
+        return 1.0 if math_equivalent(example.reference, answer, tolerance) else 0.0
     except ReferenceUnparsable as error:
         raise ValueError(f"{error} of {example.id!r}") from None
 
@@ -117,8 +126,8 @@ def exact_match_reward(
     return 1.0 if answer == reference else 0.0
 
 
-def _reference_number(example: Example) -> float:
-    reference = as_number(example.reference) if example.reference is not None else None
+def _reference_number(example: Example) -> Fraction:
+    reference = exact_number(example.reference) if example.reference is not None else None
     if reference is None:
         raise ValueError(
             f"needs numeric reference answers, but example {example.id!r} has {example.reference!r}; "
@@ -143,15 +152,23 @@ def numeric_closeness_reward(
     """Partial credit for a number by its distance to the reference, relative to the reference's size:
     ``max(0, 1 - |answer - reference| / (tolerance * max(|reference|, 1)))``.
 
-    1.0 when exact; a wrong sign, no answer or a non-number scores 0.0. Within an all-wrong group it
-    still ranks "-10" above "-1" for a reference of -12, a signal that exact-match rewards lack.
+    1.0 only when exact; a wrong sign, no answer or a non-number scores 0.0. Within an all-wrong
+    group it still ranks "-10" above "-1" for a reference of -12, a signal that exact-match rewards
+    lack. Numbers are read exactly from their digits (:func:`~rlvr.rewards.extract.exact_number`):
+    "1/2" and ".50" are exactly 0.5, and "0.5000000000000000001" is not (through a float it was).
     """
     reference = _reference_number(example)
     answer = extract_answer(completion, mode=extract)
-    value = as_number(answer) if answer is not None else None
+    value = exact_number(answer) if answer is not None else None
     if value is None:
         return 0.0
-    return max(0.0, 1.0 - abs(value - reference) / (tolerance * max(abs(reference), 1.0)))
+    if value == reference:
+        return 1.0
+    score = 1 - abs(value - reference) / (Fraction(tolerance) * max(abs(reference), 1))
+    return 0.0 if score <= 0 else min(float(score), _BELOW_ONE)
+
+
+_BELOW_ONE = math.nextafter(1.0, 0.0)  # a score that is not exact stays below 1.0 as a float too
 
 
 @register_reward("choice")
@@ -244,7 +261,7 @@ def _require_tokens(reward: str, completion_tokens: int | None) -> int:
     return completion_tokens
 
 
-@register_reward("verifier")
+@register_reward("verifier", check_examples=check_routes)
 def verifier_reward(
     completion: str,
     example: Example,
@@ -261,16 +278,11 @@ def verifier_reward(
 
     For datasets that mix sources (reasoning-gym tasks next to math problems): one spec scores them
     all. ``reward_params`` maps a reward name to the keyword arguments it gets, e.g.
-    ``{"math": {"extract": "boxed"}}``.
+    ``{"math": {"extract": "boxed"}}``. A data row names a registered reward; an import path only
+    when this spec lists it (``default`` or a ``reward_params`` key): the column is untrusted.
     """
-    name = example.verifier or default
-    if name is None:
-        raise ValueError(f"example {example.id!r} names no verifier and the verifier reward has no default")
-    if name == "verifier":
-        raise ValueError(f"example {example.id!r}: verifier 'verifier' would route to itself")
-    fn = get_reward(name)
-    if is_group_reward(fn):
-        raise ValueError(f"example {example.id!r}: {name!r} is a group reward; name it in its own spec")
+    listed = config_listed({"default": default, "reward_params": reward_params})
+    name, fn = routed_reward(example, default, listed)  # a row's import path is refused (routing.py)
     kwargs = dict((reward_params or {}).get(name, {}))
     supplied = {
         "completion_tokens": completion_tokens,

@@ -7,8 +7,12 @@ Two kinds of task, told apart by what ``example.metadata`` holds:
   ``metadata["entry_point"]`` names the function under test. ``metadata["code_prefix"]`` (or
   ``"prompt"``), the function's signature and docstring, is prepended when the completion is only
   a body (it does not define the entry point); a completion that gives the whole function still
-  gets the prefix's imports and helper functions. The tests run in a process of their own and
-  call the program's functions across a pipe, so the program cannot reach the verdict.
+  gets the prefix's imports and helper functions. Without either key (a HumanEval file loaded as
+  data, whose ``prompt`` column became the question), the prefix is the code of the question itself
+  (:func:`code_prefix`). The prefix also runs before the tests, so tests that call the prompt's
+  helpers (HumanEval/32 ``poly``, /38 ``encode_cyclic``, /50 ``encode_shift``) find them. The
+  tests run in a process of their own and call the program's functions across a pipe, so the
+  program cannot reach the verdict.
 - **stdin/stdout** (competitive programming): ``metadata["test_cases"]`` is a list of
   ``{"input": ..., "output": ...}`` (or ``metadata["inputs"]`` and ``metadata["outputs"]`` as two
   lists). The program reads a case on stdin; its stdout is compared here, in the trainer's worker,
@@ -20,13 +24,14 @@ the program, such as ``assert True``, is not a test); otherwise 1.0 only if all 
 Failures of the sandbox itself (it could not start, sent no report) are reward *errors*.
 
 Without bubblewrap the reward refuses to run (:class:`~rlvr.rewards.sandbox.UnsafeSandboxError`,
-when the spec is built) unless ``allow_unsafe_sandbox=True`` accepts that the program can then
-read the host's files and write to its /tmp.
+when the spec is built) unless ``allow_unsafe_sandbox=True`` accepts the weak mode, where the
+program can read the host's files, write its /tmp and follow symlinks (docs/rewards.md lists it all).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Annotated, Any, Literal
 
@@ -75,7 +80,7 @@ def code_reward(
     Keep the pool's ``timeout_s`` above ``total_timeout_s`` plus about a second of sandbox start-up,
     so that a slow program is the program's failure (0.0) and not a pool timeout (an error).
     ``allow_unsafe_sandbox=True`` runs the code even without bubblewrap, where it can read the
-    host's files and write to its /tmp (and, without unshare, use the network).
+    host's files, write to its /tmp, follow symlinks and, without unshare, use the network.
     """
     code = extract_code(completion) if extract == "fenced" else completion
     if len(code) > _MAX_CODE_CHARS:
@@ -84,16 +89,22 @@ def code_reward(
     meta = example.metadata
     tests = meta.get("tests", meta.get("test"))
     if isinstance(tests, str) and tests.strip():
-        return _function_reward(code, tests, meta, limits, partial_credit, allow_unsafe_sandbox)
+        prefix = code_prefix(example)
+        return _function_reward(code, tests, meta, prefix, limits, partial_credit, allow_unsafe_sandbox)
     cases = _stdio_cases(example)
     return _stdio_reward(code, cases, limits, partial_credit, compare, allow_unsafe_sandbox)
 
 
 def _function_reward(
-    code: str, tests: str, meta: dict[str, Any], limits: sandbox.Limits, partial: bool, unsafe: bool
+    code: str,
+    tests: str,
+    meta: dict[str, Any],
+    prefix: str | None,
+    limits: sandbox.Limits,
+    partial: bool,
+    unsafe: bool,
 ) -> float:
     entry_point = meta.get("entry_point")
-    prefix = meta.get("code_prefix", meta.get("prompt"))
     prelude = ""
     if entry_point and isinstance(prefix, str):
         # A body alone continues the prefix; a whole function still needs the prefix's imports and
@@ -137,6 +148,46 @@ def _stdio_reward(
     if partial:
         return passed / len(cases)
     return 1.0 if passed == len(cases) else 0.0
+
+
+def code_prefix(example: Example) -> str | None:
+    """The code a function-test task's completion continues: the function's signature, docstring
+    and whatever the prompt defines around it (imports, helpers such as HumanEval's
+    ``encode_cyclic``).
+
+    ``metadata["code_prefix"]`` (or ``metadata["prompt"]``) when the example has one. Otherwise, with
+    an ``entry_point``, it is read from the question (the last user message): a data file's
+    ``prompt`` column becomes the question, not metadata, and the answer-format instruction may have
+    been appended to it. The question's last fenced code block that defines the entry point, else
+    the question itself less any trailing lines of prose (at most 20) that stop it from parsing as
+    Python that defines the entry point. ``None`` when neither holds such code.
+    """
+    meta = example.metadata
+    prefix = meta.get("code_prefix", meta.get("prompt"))
+    if isinstance(prefix, str):
+        return prefix
+    entry_point = meta.get("entry_point")
+    if not isinstance(entry_point, str) or not entry_point:
+        return None
+    return _prefix_in_question(example.question, entry_point)
+
+
+_MAX_TRAILING_LINES = 20
+
+
+@functools.lru_cache(maxsize=512)
+def _prefix_in_question(question: str, entry_point: str) -> str | None:
+    if entry_point not in question:
+        return None
+    for match in reversed(list(_FENCE.finditer(question))):
+        if _defines(match.group(1), entry_point):
+            return match.group(1)
+    lines = question.split("\n")
+    for end in range(len(lines), max(0, len(lines) - _MAX_TRAILING_LINES) - 1, -1):
+        candidate = "\n".join(lines[:end]).rstrip() + "\n"
+        if _defines(candidate, entry_point):
+            return candidate
+    return None
 
 
 def _verdict(result: sandbox.SandboxResult) -> bool:

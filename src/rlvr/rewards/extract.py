@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import string
+from fractions import Fraction
 from typing import Literal
 
 from rlvr.errors import RlvrError
@@ -48,8 +49,9 @@ def extract_answer(text: str, mode: str = "auto") -> str | None:
     """The final answer in ``text`` according to ``mode``, or ``None`` when there is none.
 
     Modes:
-      - ``answer_tag``: content of the last complete ``<answer>...</answer>`` (stripped).
-      - ``boxed``: content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces.
+      - ``answer_tag``: content of the last ``<answer>...</answer>`` (stripped).
+      - ``boxed``: content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces (the
+        outermost of nested boxes; inner box commands are dropped).
       - ``answer_line``: text after the last "Answer: X" / "answer is X" cue on its line
         (case-insensitive, surrounding ``**`` and a trailing period removed).
       - ``last_number``: the last integer, decimal or fraction, with its sign and with thousands
@@ -60,18 +62,40 @@ def extract_answer(text: str, mode: str = "auto") -> str | None:
         last "(X)" in the text.
 
     Empty answers count as no answer.
+
+    **An unfinished answer is no answer, in every mode.** When the text ends inside an answer — a
+    ``\\boxed{`` / ``\\fbox{`` whose brace never closes (anywhere: braces nest, so an unclosed box
+    holds everything after it), or a last ``<answer>`` with no ``</answer>`` after it — the result
+    is ``None``: the completion was cut off (or malformed) while giving its answer, and nothing else
+    in it stands in for that answer. Neither an earlier closed box or tag, a box nested inside the
+    unclosed one, an "Answer:" line, nor the last number counts (``"so \\boxed{12"`` or
+    ``"\\boxed{ 7 + 5 = 12 and then 3"`` would otherwise score 12 or 3 without any answer given).
     """
-    if mode == "auto":
-        for extract in (_answer_tag, _boxed, _answer_line, _last_number):
-            answer = extract(text)
-            if answer is not None:
-                return answer
+    if mode != "auto" and mode not in _EXTRACTORS:
+        raise RlvrError(f"unknown extract mode {mode!r}; allowed: {', '.join(EXTRACT_MODES)}")
+    if ends_inside_answer(text):
         return None
-    try:
-        extract = _EXTRACTORS[mode]
-    except KeyError:
-        raise RlvrError(f"unknown extract mode {mode!r}; allowed: {', '.join(EXTRACT_MODES)}") from None
-    return extract(text)
+    if mode != "auto":
+        return _EXTRACTORS[mode](text)
+    for extract in (_answer_tag, _boxed, _answer_line, _last_number):
+        answer = extract(text)
+        if answer is not None:
+            return answer
+    return None
+
+
+def ends_inside_answer(text: str) -> bool:
+    """Whether ``text`` opens an answer it never closes: a ``\\boxed{`` / ``\\fbox{`` whose brace
+    is still open at the end, or a last ``<answer>`` tag with no ``</answer>`` after it. Such a
+    completion has no extractable answer (:func:`extract_answer`)."""
+    return _scan_boxes(text)[1] or _open_answer_tag(text)
+
+
+def _open_answer_tag(text: str) -> bool:
+    last_open = False
+    for tag in _ANSWER_TAG.finditer(text):
+        last_open = not tag.group(1)
+    return last_open
 
 
 def _answer_tag(text: str) -> str | None:
@@ -87,12 +111,15 @@ def _answer_tag(text: str) -> str | None:
 
 
 def _boxed(text: str) -> str | None:
-    span = _last_box(text)
-    return _non_empty(_unbox(text[span[0] : span[1]])) if span else None
+    span, unclosed = _scan_boxes(text)
+    if unclosed or span is None:
+        return None
+    return _non_empty(_unbox(text[span[0] : span[1]]))
 
 
-def _last_box(text: str) -> tuple[int, int] | None:
-    """Content span of the box that closes last: the outermost of nested boxes.
+def _scan_boxes(text: str) -> tuple[tuple[int, int] | None, bool]:
+    """Content span of the box that closes last (the outermost of nested boxes), and whether some
+    box is still open at the end of the text.
 
     Taking the innermost instead read ``\\boxed{\\frac{1}{\\boxed{2}}}`` as 2: a wrong answer that
     scored whenever the reference was its denominator.
@@ -113,7 +140,7 @@ def _last_box(text: str) -> tuple[int, int] | None:
             stack.append(None)
         else:
             stack.append(token.end())
-    return last
+    return last, any(start is not None for start in stack)
 
 
 def _unbox(content: str) -> str:
@@ -225,6 +252,30 @@ def as_number(text: str) -> float | None:
     except ValueError:
         return None
     return value if value == value and abs(value) != float("inf") else None
+
+
+# Fraction() builds 10**exponent exactly: a completion's "1e999999999" must not cost that.
+_MAX_EXPONENT = 1000
+_EXPONENT = re.compile(r"[eE][-+]?(\d[\d_]*)$")
+
+
+def exact_number(text: str) -> Fraction | None:
+    """``text`` as the exact number it writes, else ``None``: ``"0.5"``, ``".50"`` and ``"1/2"`` are
+    all 1/2, ``"1,024"`` is 1024, ``"-3e2"`` is -300.
+
+    Read from the digits, never through a binary float, so ``"0.5000000000000000001"`` is not 0.5
+    (as a float it would be). Infinities, NaN and exponents beyond ±1000 are not numbers here.
+    """
+    cleaned = text.strip().replace(",", "").replace("\u2212", "-")
+    exponent = _EXPONENT.search(cleaned)
+    if exponent is not None:
+        digits = exponent.group(1).replace("_", "").lstrip("0")
+        if len(digits) > 4 or int(digits or 0) > _MAX_EXPONENT:
+            return None
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 _ARTICLE = re.compile(r"\b(?:a|an|the)\b")

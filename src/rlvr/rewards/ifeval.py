@@ -26,9 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from rlvr.data.example import Example
+from rlvr.errors import RlvrError
 from rlvr.rewards import ifeval_text
 from rlvr.rewards.ifeval_official import check_instruction, count_bullets, star_paragraphs
 from rlvr.rewards.registry import register_reward
+from rlvr.safe_parse import loads_json
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n|^\s*\*\s*\*\s*\*\s*$", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*(?:[*+-]|\d+[.)])[ \t]+\S", re.MULTILINE)
@@ -77,7 +79,7 @@ def _is_json(text: str, args: dict[str, Any]) -> bool:
         body = fenced.group(1).strip()
     try:
         json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python's stack: not JSON it can read
         return False
     return True
 
@@ -228,7 +230,8 @@ def ifeval_reward(
 def _checks(example: Example) -> list[Callable[[str, bool], bool]]:
     metadata = example.metadata
     if "instruction_id_list" in metadata:
-        ids, kwargs = _json_cell(metadata["instruction_id_list"]), _json_cell(metadata.get("kwargs"))
+        ids = _json_cell(metadata["instruction_id_list"], example, "instruction_id_list")
+        kwargs = _json_cell(metadata.get("kwargs"), example, "kwargs")
         if not isinstance(ids, list) or not ids or not isinstance(kwargs, list) or len(kwargs) != len(ids):
             raise ValueError(
                 f"example {example.id!r}: 'instruction_id_list' and 'kwargs' must be lists of one length"
@@ -237,11 +240,17 @@ def _checks(example: Example) -> list[Callable[[str, bool], bool]]:
             lambda text, strict, i=i, k=k: check_instruction(text, i, k, strict)
             for i, k in zip(ids, kwargs, strict=True)
         ]
-    constraints = _json_cell(metadata.get("constraints"))
+    constraints = _json_cell(metadata.get("constraints"), example, "constraints")
     if not isinstance(constraints, list) or not constraints:
         raise ValueError(f"example {example.id!r} has no metadata['constraints'] list")
     return [lambda text, strict, c=c: check_constraint(text, c, strict) for c in constraints]
 
 
-def _json_cell(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value  # a CSV cell carries lists as JSON text
+def _json_cell(value: Any, example: Example, key: str) -> Any:
+    """A metadata value; a CSV cell carries lists as JSON text, read within rlvr's nesting limit."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return loads_json(value, f"example {example.id!r}: metadata[{key!r}]")
+    except RlvrError as error:  # a reward error, as the other problems with the metadata are
+        raise ValueError(str(error)) from None

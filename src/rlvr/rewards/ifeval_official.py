@@ -120,7 +120,7 @@ def _json(text: str, args: dict[str, Any], strict: bool) -> bool:
     body = body.removesuffix("```").strip()
     try:
         json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 

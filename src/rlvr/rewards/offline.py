@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
 from rlvr.rewards.pool import RewardPool
-from rlvr.rewards.registry import list_rewards
+from rlvr.rewards.registry import list_rewards, reward_example_check
 from rlvr.rewards.results import RewardResult
 from rlvr.rewards.spec import RewardSpec
+from rlvr.safe_parse import loads_json
 
 if TYPE_CHECKING:
     from rlvr.config import RunConfig
@@ -72,6 +73,7 @@ def score_file(
     specs = [RewardSpec(name=name, params=params.get(name, {})) for name in names]
     rows = _read_rows(path)
     examples = [_example(path, line, row, task) for line, row in rows]
+    _check_examples(specs, examples)
     texts = [row["completion"] for _, row in rows]
     sizes = _group_sizes([row.get("group", row.get("question")) for _, row in rows])
     start = time.perf_counter()
@@ -267,7 +269,7 @@ def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             continue
         where = f"{path.name} line {line_number}"
         try:
-            row = json.loads(line)
+            row = loads_json(line, where)
         except json.JSONDecodeError as exc:
             raise RlvrError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
         if not isinstance(row, dict):
@@ -303,6 +305,8 @@ def _example(path: Path, line: int, row: dict[str, Any], task: str, rg_task: str
             "metadata": {"source_dataset": rg_task},
         }
     verifier = row.get("verifier")
+    if verifier is not None and not isinstance(verifier, str):
+        raise RlvrError(f"{where}: column 'verifier' must be a reward name, got {type(verifier).__name__}")
     return Example(
         id=str(row.get("id", f"{path.stem}-{line}")),
         prompt=[{"role": "user", "content": question}],
@@ -310,7 +314,19 @@ def _example(path: Path, line: int, row: dict[str, Any], task: str, rg_task: str
         data_source=task,
         verifier=verifier if isinstance(verifier, str) else None,
         metadata=metadata,
+        origin=where,
     )
+
+
+def _check_examples(specs: list[RewardSpec], examples: list[Example]) -> None:
+    """Each reward's data check (the routing reward's refuses a row's import path) before any worker."""
+    for spec in specs:
+        check = None if ":" in spec.name else reward_example_check(spec.name)
+        if check is not None:
+            try:
+                check(spec.params, examples)
+            except ValueError as err:
+                raise RlvrError(f"reward {spec.name}: {err}") from err
 
 
 def _group_sizes(keys: list[Any]) -> list[int]:

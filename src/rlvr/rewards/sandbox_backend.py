@@ -92,10 +92,12 @@ def probe() -> Backend:
     if backend.name != "bwrap":
         log.warning(
             "bubblewrap (bwrap) is not available: untrusted code would run with rlimits%s but could "
-            "READ the host's files and WRITE to its /tmp, so the code reward refuses to run unless "
-            "allow_unsafe_sandbox is set. Install it for a read-only, network-less sandbox "
-            "(Debian/Ubuntu: %s).",
-            " and unshare namespaces (no network)" if backend.name == "unshare" else ", WITH network",
+            "READ the host's files, WRITE to its /tmp and follow symlinks anywhere, so the code reward "
+            "and the python tool refuse to run unless allow_unsafe_sandbox is set (and then warn "
+            "again). Install it for a read-only, network-less sandbox (Debian/Ubuntu: %s).",
+            " and unshare namespaces (no network)"
+            if backend.name == "unshare"
+            else ", WITH network (loopback services included)",
             INSTALL_HINT,
         )
     if root and not drop:

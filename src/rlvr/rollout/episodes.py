@@ -18,6 +18,14 @@ token budget, a last turn cut at ``max_new_tokens``, the time limit; counted in 
 which is what overlong filters and penalties read. An environment that raises
 or times out ends its episode with an error (``errors["env"]``): the collector handles it like a
 reward error, never as a silent zero.
+
+Time limits hold while an environment works, not only between turns: each step is waited for until
+``step_timeout_s`` or the episode's ``episode_timeout_s``, whichever comes first (the latter ends
+the episode cut and counted, as between turns). Before a step the environment is told how long it
+may take (:meth:`~rlvr.envs.base.Environment.limit_step`, so a tool can cap its own timeout), and an
+environment whose step overran is closed at once (:meth:`~rlvr.envs.base.Environment.close`: the
+Python tool kills its sandbox) rather than left running on its thread; every environment is closed
+when its batch of episodes is over.
 """
 
 from __future__ import annotations
@@ -100,23 +108,46 @@ def run_episodes(
     reuse = _reuses_kv(engine, limits)
     eos_ids = set(getattr(engine, "stop_token_ids", []) or [tokenizer.eos_token_id])
     groups: list[list[Episode]] = []
-    for index, example in examples:
-        group = []
-        for _ in range(params.n):
-            env = make_env(example)
-            messages = env.reset(example, random.Random(_seed_of(example, index)))
-            group.append(Episode(env, ChatLedger(tokenizer, messages), index))
-        if any(e.ledger.prompt_ids != group[0].ledger.prompt_ids for e in group):
-            raise ValueError(f"example {example.id}: the episodes of a group must open with the same prompt")
-        groups.append(group)
+    envs: list[Environment] = []  # every environment built, closed when the batch is over
+    try:
+        for index, example in examples:
+            group = []
+            for _ in range(params.n):
+                env = make_env(example)
+                envs.append(env)
+                messages = env.reset(example, random.Random(_seed_of(example, index)))
+                group.append(Episode(env, ChatLedger(tokenizer, messages), index))
+            if any(e.ledger.prompt_ids != group[0].ledger.prompt_ids for e in group):
+                raise ValueError(
+                    f"example {example.id}: the episodes of a group must open with the same prompt"
+                )
+            groups.append(group)
+        _play(engine, tokenizer, groups, params, limits, threads, stats, reuse, eos_ids)
+        return _collect(groups, stats)
+    finally:
+        for env in envs:
+            _close(env)
 
+
+def _play(
+    engine: RolloutEngine,
+    tokenizer,
+    groups: list[list[Episode]],
+    params: SamplingParams,
+    limits: EpisodeLimits,
+    threads: ThreadPoolExecutor,
+    stats: EpisodeStats,
+    reuse: bool,
+    eos_ids: set[int],
+) -> None:
+    """Rounds of model turns and environment steps until every episode is over."""
     first, started = True, time.monotonic()
+    ends = None if limits.episode_timeout_s is None else started + limits.episode_timeout_s
     while True:
         live = [e for g in groups for e in g if not e.done]
-        if limits.episode_timeout_s is not None and time.monotonic() - started > limits.episode_timeout_s:
+        if ends is not None and time.monotonic() > ends:
             for e in live:  # the batch's episodes started together: each has run this long
-                e.done, e.finish_reason = True, "length"
-                e.info["episode_timeouts"] = 1.0
+                _time_is_up(e)
             live = []
         if not live:
             break
@@ -128,12 +159,31 @@ def run_episodes(
             _model_turns(engine, tokenizer, [[e] for e in live], replace(params, n=1), limits, eos_ids, reuse)
         stats.model_s += time.perf_counter() - began
         began = time.perf_counter()
-        _env_turns([e for e in live if not e.done], threads, limits)
+        _env_turns([e for e in live if not e.done], threads, limits, ends)
         stats.env_s += time.perf_counter() - began
         for e in live:
             if e.done:
                 e.kv = None  # an ended episode's cache is not needed again
 
+
+def _time_is_up(e: Episode) -> None:
+    """The episode passed ``episode_timeout_s``: it ends cut (like a token overflow), counted."""
+    e.done, e.finish_reason = True, "length"
+    e.info["episode_timeouts"] = 1.0
+
+
+def _close(env: Environment) -> None:
+    """Stop what the environment may still run (see :meth:`Environment.close`); never raises."""
+    close = getattr(env, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except Exception as err:  # an environment bug must not end the run
+        log.warning("closing environment %s failed: %s: %s", type(env).__name__, type(err).__name__, err)
+
+
+def _collect(groups: list[list[Episode]], stats: EpisodeStats) -> list[list[Trajectory]]:
     out = []
     for group in groups:
         out.append([_trajectory(e) for e in group])
@@ -214,15 +264,26 @@ def _model_turns(
                 e.finish_reason = c.finish_reason
 
 
-def _env_turns(episodes: list[Episode], threads: ThreadPoolExecutor, limits: EpisodeLimits) -> None:
-    """Every episode's environment reacts to its newest model turn, concurrently."""
-    pending = [(e, threads.submit(e.env.step, e.last_text)) for e in episodes if not e.done]
-    deadline = time.monotonic() + limits.step_timeout_s
+def _env_turns(
+    episodes: list[Episode], threads: ThreadPoolExecutor, limits: EpisodeLimits, ends: float | None = None
+) -> None:
+    """Every episode's environment reacts to its newest model turn, concurrently, each waited for
+    until the step's time limit or the episode's end (``ends``), whichever comes first."""
+    now = time.monotonic()
+    deadline = now + limits.step_timeout_s
+    episode_first = ends is not None and ends < deadline
+    if episode_first:
+        deadline = ends
+    pending = [(e, threads.submit(_step, e.env, e.last_text, deadline)) for e in episodes if not e.done]
     for e, future in pending:
         try:
             step: Step = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except StepTimeout:
-            e.done, e.error = True, f"environment step timed out after {limits.step_timeout_s:g}s"
+            _close(e.env)  # kill what the step still runs (a tool call), not leave it on its thread
+            if episode_first:
+                _time_is_up(e)
+            else:
+                e.done, e.error = True, f"environment step timed out after {limits.step_timeout_s:g}s"
             continue
         except Exception as err:  # an environment bug ends this episode, not the run
             e.done, e.error = True, f"environment raised {type(err).__name__}: {err}"
@@ -243,6 +304,15 @@ def _env_turns(episodes: list[Episode], threads: ThreadPoolExecutor, limits: Epi
         e.ledger.add_messages(messages)
         if e.ledger.response_length >= limits.max_tokens:
             e.done, e.finish_reason = True, "length"
+
+
+def _step(env: Environment, text: str, deadline: float) -> Step:
+    """One environment step, told first how long it may take (counted from when it starts: with
+    more episodes than threads, a step may wait for one)."""
+    limit = getattr(env, "limit_step", None)
+    if callable(limit):
+        limit(max(0.0, deadline - time.monotonic()))
+    return env.step(text)
 
 
 TRUNCATION_MARK = " [...]"

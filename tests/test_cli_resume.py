@@ -43,8 +43,9 @@ def train_steps(run: Path) -> list[int]:
 
 @pytest.fixture
 def finished_run(tmp_path) -> Path:
-    """A two-step run that ended normally (checkpoint at step 2, final evaluation written)."""
-    cfg = api.load_config(None, [*TINY_RUN, f"output_dir={tmp_path}", "name=r", "train.steps=2"])
+    """A two-step run that ended normally (a full checkpoint at step 2, final evaluation written)."""
+    full = "train.final_checkpoint=full"  # resumable at its end: more steps continue it
+    cfg = api.load_config(None, [*TINY_RUN, f"output_dir={tmp_path}", "name=r", "train.steps=2", full])
     api.train(cfg, quiet=True)
     return tmp_path / "r"
 

@@ -59,7 +59,9 @@ def test_verl_rows(tmp_path: Path) -> None:
 def test_trl_prompt_completion_rows(tmp_path: Path) -> None:
     """TRL standard (text) and conversational (messages) prompt-completion rows."""
     text = load_file(write_jsonl(tmp_path / "std.jsonl", [{"prompt": "2 * 3 =", "completion": "6"}]))
-    assert text[0].prompt == [user(f"2 * 3 =\n{ANSWER_TAG_INSTRUCTION}")] and text[0].reference == "6"
+    assert text[0].prompt == [user("2 * 3 =")] and text[0].reference == "6"  # as written by default
+    tagged = load_file(tmp_path / "std.jsonl", answer_format="answer_tag")
+    assert tagged[0].prompt == [user(f"2 * 3 =\n{ANSWER_TAG_INSTRUCTION}")]
     chat = [{"prompt": [user("2 * 4 =")], "completion": [assistant("8")]}]
     (example,) = load_file(write_jsonl(tmp_path / "conv.jsonl", chat))
     assert example.prompt == [user("2 * 4 =")] and example.reference == "8"

@@ -60,7 +60,7 @@ def test_jsonl_rows_become_examples(tmp_path: Path) -> None:
             {"question": "2+3?", "answer": "5", "level": 2, "tags": ["easy"]},
         ],
     )
-    examples = load_file(path, system_prompt="Sys.", verifier="math")
+    examples = load_file(path, system_prompt="Sys.", verifier="math", answer_format=ANSWER_TAG_INSTRUCTION)
     assert [e.id for e in examples] == ["arith-0", "arith-1"]
     assert examples[0].prompt == [
         {"role": "system", "content": "Sys."},
@@ -146,7 +146,9 @@ def test_parquet_with_messages_and_question_rows(tmp_path: Path) -> None:
         }
     )
     pq.write_table(table, path)
-    examples = load_file(path, messages_key="prompt", system_prompt="Default system.")
+    examples = load_file(
+        path, messages_key="prompt", system_prompt="Default system.", answer_format="answer_tag"
+    )
     # A full chat is used as written; only a missing system message is filled in.
     assert examples[0].prompt == [{"role": "system", "content": "S"}, {"role": "user", "content": "chat q"}]
     assert examples[1].prompt == [

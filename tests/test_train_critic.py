@@ -152,7 +152,7 @@ def _train_rows(run_dir: Path) -> list[dict]:
 
 def test_gae_recipe_trains_its_critic(tmp_path) -> None:
     overrides = [*TINY_RUN, "train.steps=2", "optim.lr=1e-3", f"output_dir={tmp_path}", "name=run"]
-    cfg = load_config(RECIPES / "gae.yaml", overrides)
+    cfg = load_config(RECIPES / "gae.yaml", [*overrides, "train.final_checkpoint=full"])  # with its state
     assert cfg.algo.critic.kind == "head"
     api.train(cfg, quiet=True)
     rows = _train_rows(tmp_path / "run")

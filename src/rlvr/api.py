@@ -8,16 +8,27 @@ results = api.train(cfg)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 
 from rlvr.config import RunConfig, load_config
 from rlvr.errors import RlvrError
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # rlvr never downloads at run time
+# Hub ids download as in transformers unless HF_HUB_OFFLINE is set or the Hub is unreachable (rlvr.hub)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-__all__ = ["RlvrError", "RunConfig", "collect", "evaluate_model", "load_config", "resume_config", "train"]
+__all__ = [
+    "RlvrError",
+    "RunConfig",
+    "collect",
+    "evaluate_model",
+    "load_config",
+    "resume_config",
+    "train",
+    "with_rewards",
+]
 
 
 def resume_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, dict]:
@@ -30,18 +41,45 @@ def resume_config(path: str | None, overrides: list[str] | tuple[str, ...] = ())
     return _resume_config(path, list(overrides))
 
 
-def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, quiet: bool = False) -> dict:
-    """Run a training job; returns {"before": eval metrics, "after": eval metrics}.
+def train(
+    cfg: RunConfig,
+    resume: bool = False,
+    console: Console | None = None,
+    quiet: bool = False,
+    overwrite: bool = False,
+    reward_funcs: Sequence[Callable[..., Any] | str] | None = None,
+    reward_weights: Sequence[float] | None = None,
+) -> dict:
+    """Run a training job; returns {"before": eval metrics, "after": eval metrics, "run": {"steps",
+    "updates", "reward_calls", "reward_errors"}} (``rlvr.train.health.run_failure(results)`` says
+    whether it failed to train: what makes ``rlvr train`` exit 3).
 
     ``resume`` continues the run ``output_dir/name`` from its last checkpoint; ``cfg`` may differ
     from the run's saved config only in settings that are safe to change mid-run. A finished run
-    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0. With
-    ``cluster.ray`` the trainer ranks run this function as Ray actors (docs/scale.md).
+    is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0.
+    ``overwrite`` deletes an existing run directory ``output_dir/name`` first (only an rlvr run
+    directory, never through a symbolic link: :func:`rlvr.train.run_dir.replace_run_dir`) and
+    trains from scratch. With ``cluster.ray`` the trainer ranks run this function as Ray actors
+    (docs/scale.md). ``reward_funcs`` (with ``reward_weights``) replace ``rewards.functions``, as
+    TRL's ``GRPOTrainer(reward_funcs=...)``: see :func:`with_rewards`.
     """
+    if reward_funcs is not None:
+        cfg = with_rewards(cfg, reward_funcs, reward_weights)
+    from pathlib import Path
+
     from rlvr.train.distributed import under_torchrun
     from rlvr.train.orchestrator import Orchestrator
 
     console = console or Console(stderr=True)
+    if overwrite:
+        if resume:
+            raise RlvrError("--overwrite deletes the run that --resume would continue: give one of them")
+        if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 alone, before the others write
+            from rlvr.train.run_dir import replace_run_dir
+
+            run_dir = Path(cfg.output_dir) / cfg.name
+            if replace_run_dir(run_dir):
+                console.print(f"--overwrite: deleted the earlier run {run_dir}", highlight=False)
     if cfg.cluster.ray and not under_torchrun():  # the driver: ranks run this function as Ray actors
         from rlvr.train.ray_launch import train_on_ray
 
@@ -61,6 +99,10 @@ def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, 
                 highlight=False,
             )
             clear_logs(state.run)
+        else:  # a run with model-only checkpoints alone cannot continue: say so before writing anything
+            from rlvr.train.checkpoint import resume_point
+
+            resume_point(state.run / "checkpoints")
     from rlvr.train.run_dir import removed_unless_trained
 
     run: Orchestrator | None = None
@@ -82,6 +124,64 @@ def train(cfg: RunConfig, resume: bool = False, console: Console | None = None, 
             run.close()
 
 
+def with_rewards(
+    cfg: RunConfig,
+    reward_funcs: Sequence[Callable[..., Any] | str],
+    reward_weights: Sequence[float] | None = None,
+) -> RunConfig:
+    """``cfg`` with ``rewards.functions`` replaced by ``reward_funcs``, weighted by
+    ``reward_weights`` (default 1 each), checked as a config would be.
+
+    An entry is a Python function or a reward name (registered, or an import path
+    ``"module:function"``). A function runs in reward worker processes, which import it again, so
+    it must be defined at the top level of a module or script (a script that defines one trains
+    under ``if __name__ == "__main__":``); it is called once per completion as
+    ``fn(completion: str, example: Example, **params) -> float | dict[str, float]`` — not with TRL's
+    batch ``(prompts, completions, **kwargs) -> list[float]`` (docs/rewards.md, "Coming from TRL").
+    Its results are labelled with its ``__name__``.
+    """
+    import inspect
+
+    from rlvr.config.load import validate
+    from rlvr.rewards.registry import reward_name_of
+
+    funcs = list(reward_funcs)
+    if not funcs:
+        raise RlvrError("reward_funcs is empty: give at least one reward function or name")
+    weights = [1.0] * len(funcs) if reward_weights is None else [float(w) for w in reward_weights]
+    if len(weights) != len(funcs):
+        raise RlvrError(f"reward_weights has {len(weights)} values for {len(funcs)} reward_funcs")
+    items: list[dict[str, Any]] = []
+    for fn, weight in zip(funcs, weights, strict=True):
+        if isinstance(fn, str):
+            items.append({"name": fn, "weight": weight})
+            continue
+        try:
+            first = next(iter(inspect.signature(fn).parameters), None)
+        except (TypeError, ValueError):
+            first = None
+        if first == "prompts":
+            raise RlvrError(
+                f"reward function {getattr(fn, '__name__', fn)!r} takes TRL's (prompts, completions, "
+                "**kwargs) -> list[float]; rlvr calls a reward once per completion as fn(completion, "
+                "example, **params) -> float (docs/rewards.md, 'Coming from TRL')"
+            )
+        name = reward_name_of(fn)
+        item: dict[str, Any] = {"name": name, "weight": weight}
+        if ":" in name:  # results and logs say the function's name, not its import path
+            item["label"] = name.rpartition(":")[2]
+        items.append(item)
+    labels = [item.get("label", item["name"]) for item in items]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise RlvrError(
+            f"reward_funcs: several rewards are named {', '.join(repeated)}; give each its own name"
+        )
+    tree = cfg.model_dump(mode="json")
+    tree["rewards"]["functions"] = items
+    return validate(tree, source="reward_funcs")
+
+
 def collect(
     cfg: RunConfig,
     out: str,
@@ -98,15 +198,16 @@ def collect(
 
 
 def resolve_run(path: str) -> tuple[str, str | None]:
-    """``(model directory, the run's config.yaml or None)`` for a run directory (its last
-    checkpoint), a checkpoint directory, or any other model name or path (returned as it is)."""
+    """``(model directory, the run's config.yaml or None)`` for a run directory (its newest
+    checkpoint, model-only or full), a checkpoint directory, or any other model name or path
+    (returned as it is)."""
     from pathlib import Path
 
-    from rlvr.train.checkpoint import latest_checkpoint
+    from rlvr.train.checkpoint import newest_checkpoint
 
     given = Path(path)
     if (given / "checkpoints").is_dir() or (given / "metrics.jsonl").is_file():
-        last = latest_checkpoint(given / "checkpoints")
+        last = newest_checkpoint(given / "checkpoints")
         if last is None:
             raise RlvrError(
                 f"{given} is a run directory without a checkpoint (was it trained with "
@@ -136,11 +237,18 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
         torch.set_num_threads(cfg.model.threads)
     _, examples = build_datasets(cfg.data)
     if not examples:
-        raise RlvrError("nothing to evaluate: data.eval_size is 0")
+        raise RlvrError(
+            "nothing to evaluate: no held-out examples (data.eval_size=0, or data too small to hold out "
+            "1 row in 10 by default: give data.eval_path or data.eval_size)"
+        )
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = build_engine(cfg, model, tokenizer)
-    starting = f"evaluating {cfg.model.name} on {len(examples)} held-out problems"
+    from rlvr.train.checkpoint import describe
+
+    kind = describe(cfg.model.name)  # a run's checkpoint: which one ("model-only, step 70")
+    label = f"{cfg.model.name} ({kind})" if kind else cfg.model.name
+    starting = f"evaluating {label} on {len(examples)} held-out problems"
     if any(e.metadata.get("env") or cfg.env.name for e in examples):  # episodes, as training evaluates
         from rlvr.collect import Collector
 

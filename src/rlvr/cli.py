@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.errors import RlvrError, Stopped
+from rlvr.errors import RlvrError, Stopped, TrainingFailed
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="RL post-training with verifiable rewards."
@@ -20,6 +20,8 @@ app = typer.Typer(
 config_app = typer.Typer(no_args_is_help=True, help="Inspect configs.")
 app.add_typer(config_app, name="config")
 console = Console(stderr=True)
+if not console.is_terminal:  # a batch job's log: one line per message, not wrapped at 80 columns
+    console.soft_wrap = True
 _state = {"debug": False}
 
 
@@ -50,6 +52,14 @@ def train(
             "time limits, logging, checkpoint and eval settings may be changed.",
         ),
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete an existing run of this name (output_dir/name: its logs and checkpoints) and "
+            "train again from scratch. Only an rlvr run directory, never a symbolic link.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """Train a model (default: GRPO on reasoning-gym chain_sum with the bundled SmolLM2-135M)."""
@@ -64,8 +74,13 @@ def train(
             console.print(f"--resume: applied {describe(changes)}", highlight=False)
     else:
         cfg = api.load_config(path, items)
-    results = api.train(cfg, resume=resume, console=console, quiet=quiet)
+    results = api.train(cfg, resume=resume, console=console, quiet=quiet, overwrite=overwrite)
+    from rlvr.train.health import run_failure
+
+    failure = run_failure(results)  # no update at all, or most reward calls failed: exit 3
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone reports
+        if failure:
+            raise typer.Exit(TrainingFailed.exit_code)
         return
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
@@ -84,6 +99,8 @@ def train(
             if by_group:
                 console.print(f"  by group: {by_group}")
     console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
+    if failure:
+        raise TrainingFailed(failure)
 
 
 @app.command()
@@ -193,14 +210,19 @@ def recipes() -> None:
 
 @app.command()
 def tasks() -> None:
-    """List data sources and every reasoning-gym task."""
+    """List data sources, every reasoning-gym task and every environment dataset."""
+    import rlvr.envs  # noqa: F401  (the built-in environments register their datasets)
     from rlvr.data import SUPPORTED_EXTENSIONS, list_reasoning_gym_tasks
+    from rlvr.data.env_source import ENV_DATASETS
 
     print(
         "sources: reasoning_gym (data.task=NAME), file (data.path="
         + "|".join(SUPPORTED_EXTENSIONS)
-        + "), hf (data.path=local dataset dir)"
+        + "), hf (data.path=local dataset dir), env (data.source=env data.task=NAME)"
     )
+    print("environment datasets (data.source=env):")
+    for name in ENV_DATASETS.names():
+        print(f"  {name}")
     print("reasoning-gym tasks:")
     for name in list_reasoning_gym_tasks():
         print(f"  {name}")
@@ -210,17 +232,26 @@ def tasks() -> None:
 def config_show(
     config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+    doc: Annotated[bool, typer.Option("--doc", help="Each key's description beside its value.")] = False,
 ) -> None:
     """Print the resolved config (defaults ← file ← overrides) as YAML."""
     from rlvr.config import dump_config, load_config
+    from rlvr.config.doc import dump_config_doc
 
     path, items = _split_args(config, overrides)
-    print(dump_config(load_config(path, items)), end="")
+    cfg = load_config(path, items)
+    print(dump_config_doc(cfg) if doc else dump_config(cfg), end="")
 
 
 @app.command("reward")
 def reward_cmd(
-    completions: Annotated[str, typer.Option("--completions", help="JSONL file, one completion per row.")],
+    completions: Annotated[
+        str,
+        typer.Option(
+            "--completions",
+            help="JSONL file, one completion per row; or rlvr collect's trajectories (with --config).",
+        ),
+    ],
     task: Annotated[
         str | None,
         typer.Option("--task", help="Reward name (math, code, ifeval, ...) or reasoning-gym task."),
@@ -300,8 +331,8 @@ _IO_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
 
 def main() -> None:
     """The ``rlvr`` entry point: one message and a non-zero exit for every mistake (2 for usage and
-    config errors, 74 when a checkpoint or log cannot be written: a full disk, an I/O error; 130
-    when interrupted), a traceback only with ``--debug``."""
+    config errors, 3 for a training run that did not train, 74 when a checkpoint or log cannot be
+    written: a full disk, an I/O error; 130 when interrupted), a traceback only with ``--debug``."""
     try:
         code = app(standalone_mode=False)
         # typer >= 0.20 turns Ctrl-C into Exit(130) and, outside standalone mode, *returns* that code:

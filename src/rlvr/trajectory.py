@@ -1,4 +1,4 @@
-"""Trajectories: the unit that flows from the collector to the learner (DESIGN.md, "The next shape").
+"""Trajectories: the unit that flows from the collector to the learner (docs/design.md, "The shape").
 
 A :class:`Trajectory` is a ledger of token ids. Its prompt is the first, shared part of the ledger
 (kept apart because the G trajectories of a group share it, and the learner encodes it once);

@@ -1,4 +1,4 @@
-"""Algorithm pieces as pure tensor functions, registered by name (DESIGN.md, principle 1).
+"""Algorithm pieces as pure tensor functions, registered by name (docs/design.md, principle 1).
 
 Importing this package registers every estimator and loss: each module registers its own.
 """

@@ -2,7 +2,7 @@
 
 The engine that samples (vLLM, a quantised or differently-batched copy) does not compute exactly
 the trainer's probabilities; the samples are then slightly off-policy even for an "on-policy" update,
-and the mismatch can destabilise training (DESIGN.md, "known traps"; off-policy RL in seeds 003:43).
+and the mismatch can destabilise training (docs/design.md, "known traps"; off-policy RL in seeds 003:43).
 Both losses here wrap another loss and reweight or mask its tokens by the sampler ratio
 ``ρ = π_old / π_sampler`` computed from the engine's own ``sampling_logprobs``.
 """

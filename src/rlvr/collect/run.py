@@ -71,7 +71,12 @@ def collect_to_file(
     train_examples, eval_examples = build_datasets(cfg.data)
     examples = train_examples if split == "train" else eval_examples
     if not examples:
-        raise RlvrError("nothing to collect from: data.eval_size is 0" if split == "eval" else "no examples")
+        raise RlvrError(
+            "nothing to collect from: no held-out examples (data.eval_size=0, or data too small to hold out "
+            "1 row in 10 by default: give data.eval_path or data.eval_size)"
+            if split == "eval"
+            else "no examples"
+        )
     check_reward_examples(cfg.rewards, examples)
     want = prompts or (len(examples) if split == "eval" else cfg.rollout.prompts_per_step)
     if want < 1:

@@ -2,10 +2,11 @@
 
 The default job (reasoning-gym ``chain_sum`` with the bundled model) was tuned with settings that
 only make sense for that task: a worked arithmetic demonstration in the prompt, a reward for how
-close a *number* is, accuracy per arithmetic operator. They belong to that task, not to every run:
-``data.task=gsm_symbolic``, ``data.path=problems.jsonl`` or an environment's dataset each start
-from their own source's defaults instead (:func:`source_defaults`). A value the user set (in the
-YAML file, a recipe or an override) always wins; only keys left out are filled.
+close a *number* is, accuracy per arithmetic operator, 24 new tokens, and time limits that end the
+demo within 10 minutes (``train.time_limit_s`` / ``time_budget_s``). They belong to that task, not
+to every run: ``data.task=gsm_symbolic``, ``data.path=problems.jsonl`` or an environment's dataset
+each start from their own source's defaults instead (:func:`source_defaults`). A value the user set
+(in the YAML file, a recipe or an override) always wins; only keys left out are filled.
 
 The chain_sum values live here rather than as the schema's field defaults so that a field's
 default never silently carries one task's tuning into another's run.
@@ -39,6 +40,17 @@ CHAIN_SUM_REWARDS: list[dict[str, Any]] = [
     {"name": "numeric_closeness", "label": "closeness", "weight": 0.25, "params": {"extract": "answer_tag"}},
 ]
 CHAIN_SUM_GROUP_BY = ["operators", "answer_sign"]
+# The demo's length: 24 new tokens fit "12 + 5 = 17\n<answer>17</answer>" (1 of 64 of the base
+# model's completions was cut there), and its time limits keep `rlvr train` with no arguments under
+# 10 minutes on a 2-core CPU (README "What the demo does").
+CHAIN_SUM_MAX_NEW_TOKENS = 24
+DEMO_TIME_LIMITS: dict[str, Any] = {"time_limit_s": 450.0, "time_budget_s": 570.0}
+# Every other task, file or dataset: room to reason before the answer. SmolLM2-135M's completions of
+# word problems: 30 of 32 cut at 24 tokens, 6 of 32 at 256 (mean 123; sampling ~5x as long on the
+# 2-core CPU). 256 is TRL's GRPOConfig.max_completion_length default; eval follows (eval.max_new_tokens
+# defaults to rollout.max_new_tokens). No time limits: a run trains all its train.steps.
+GENERAL_MAX_NEW_TOKENS = 256
+ENV_MAX_NEW_TOKENS = 24
 
 # Any other reasoning-gym task: the task's own score_answer, reading the answer wherever the model
 # wrote it (tags, \boxed{}, an "Answer:" line, the last number), as held-out accuracy does.
@@ -46,6 +58,8 @@ REASONING_GYM_REWARDS: list[dict[str, Any]] = [{"name": "reasoning_gym", "params
 # Files and HF datasets: each row's `verifier` column picks its reward, math-verify equivalence
 # to the reference otherwise.
 TABLE_REWARDS: list[dict[str, Any]] = [{"name": "verifier", "params": {"default": "math"}}]
+# Held-out problems generated for reasoning-gym tasks and environment datasets.
+GENERATED_EVAL_SIZE = 200
 
 
 def infer_source(data: dict[str, Any]) -> str:
@@ -69,28 +83,37 @@ def source_defaults(source: str, task: str | None, data: dict[str, Any]) -> dict
                 "task": DEFAULT_TASK,
                 "task_config": CHAIN_SUM_TASK_CONFIG,
                 "few_shot": CHAIN_SUM_FEW_SHOT,
+                "eval_size": GENERATED_EVAL_SIZE,
             },
             "rewards": {"functions": CHAIN_SUM_REWARDS},
             "eval": {"group_by": CHAIN_SUM_GROUP_BY},
+            "rollout": {"max_new_tokens": CHAIN_SUM_MAX_NEW_TOKENS},
+            "train": DEMO_TIME_LIMITS,
         }
     if source == DEFAULT_SOURCE:
         return {
-            "data": {"task_config": {}, "few_shot": []},
+            "data": {"task_config": {}, "few_shot": [], "eval_size": GENERATED_EVAL_SIZE},
             "rewards": {"functions": REASONING_GYM_REWARDS},
             "eval": {"group_by": []},
+            "rollout": {"max_new_tokens": GENERAL_MAX_NEW_TOKENS},
         }
     if source in ("file", "hf"):
         rewards = TABLE_REWARDS if data.get("answer_key", "answer") is not None else None
         return {
-            "data": {"task": None, "task_config": {}, "few_shot": []},
+            # a user's prompts are used as written: no answer-format instruction unless asked for;
+            # data.eval_size is left to the data (rlvr.data.from_config: an eval source, or 10%)
+            "data": {"task": None, "task_config": {}, "few_shot": [], "answer_format": "none"},
             "rewards": {"functions": rewards},
             "eval": {"group_by": []},
+            "rollout": {"max_new_tokens": GENERAL_MAX_NEW_TOKENS},
         }
     # env: the environment's own turn rewards score its episodes
     return {
-        "data": {"task_config": {}, "few_shot": []},
+        "data": {"task_config": {}, "few_shot": [], "eval_size": GENERATED_EVAL_SIZE},
         "rewards": {"functions": []},
         "eval": {"group_by": []},
+        # short turns: the environment recipes use 16-32 tokens a turn (env.max_tokens bounds an episode)
+        "rollout": {"max_new_tokens": ENV_MAX_NEW_TOKENS},
     }
 
 
@@ -143,6 +166,21 @@ def _check_applicable(source: str, data: dict[str, Any]) -> None:
             f"data.path is set but data.source is {source}, which does not read files; drop "
             "data.source (a data.path alone means a file) or set data.source to file or hf"
         )
+    if source in ("reasoning_gym", "env"):
+        for key in ("eval_path", "eval_split"):
+            if data.get(key) is not None:
+                raise RlvrError(
+                    f"data.{key} applies to files and HF datasets; data.source={source} generates its "
+                    f"held-out problems (data.eval_size of them): drop data.{key}"
+                )
+    if source in ("file", "hf") and data.get("eval_split") is not None:
+        held_out = data.get("eval_path") or (data.get("path") if source == "hf" else None)
+        if not held_out or infer_source({"path": held_out}) == "file":
+            raise RlvrError(
+                f"data.eval_split={data['eval_split']} names a split of an HF dataset, but "
+                f"{'data.eval_path=' + str(held_out) if held_out else 'data.path'} is a data file: "
+                "drop data.eval_split, or give data.eval_path a file of held-out rows"
+            )
     if source in ("file", "hf"):
         for key in ("task", "task_config"):
             if data.get(key):

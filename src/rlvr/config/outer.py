@@ -96,6 +96,12 @@ class LogConfig(Section):
     wandb: WandbConfig | None = Field(
         None, description="Also log every metric to Weights & Biases, e.g. {project: rlvr, mode: offline}."
     )
+    every_steps: int = Field(
+        1,
+        ge=1,
+        description="Without a terminal (a batch job, output to a file): print a line every N training "
+        "steps (step, reward, accuracy, tokens/s, elapsed, ETA) in place of the progress bar.",
+    )
 
     @field_validator("tensorboard")
     @classmethod

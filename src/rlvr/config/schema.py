@@ -1,4 +1,4 @@
-"""The one typed config: every knob, its default and what it does (DESIGN.md, principle 4).
+"""The one typed config: every knob, its default and what it does (docs/design.md, principle 4).
 
 Unknown keys are errors (``extra="forbid"``), so a typo never silently falls back to a default.
 The few defaults that depend on the data source (the default job's chain_sum demonstration and
@@ -28,7 +28,8 @@ class LoraConfig(Section):
 
 class ModelConfig(Section):
     name: str = Field(
-        "smollm2-135m-instruct", description="Built-in name, local HF directory or hub id (offline)."
+        "smollm2-135m-instruct",
+        description="Built-in name, local HF directory or hub id (downloaded unless HF_HUB_OFFLINE=1).",
     )
     precision: Literal["fp32", "bf16-mixed", "fp16-mixed", "bf16", "fp16", "auto"] = Field(
         "fp32",
@@ -76,7 +77,18 @@ class DataConfig(Section):
     path: str | None = Field(
         None, description="JSONL/JSON/Parquet/CSV/TSV file (source=file) or dataset dir / hub id (hf)."
     )
-    split: str = Field("train", description="Dataset split (source=hf).")
+    split: str = Field("train", description="Dataset split trained on (source=hf).")
+    eval_path: str | None = Field(
+        None,
+        description="Held-out data apart from the training data (TRL's eval_dataset, verl's val_files): a "
+        "data file or an HF dataset dir / hub id, read with the same columns. The training data is then "
+        "not split. Files and HF datasets only.",
+    )
+    eval_split: str | None = Field(
+        None,
+        description="HF split held out: of data.eval_path when given, else of data.path. Default: the "
+        "dataset's 'test' split, else its 'validation' split, when it has one (docs/data.md).",
+    )
     question_key: str = Field(
         "question",
         description="Column holding the question text (or a chat message list). With the default, rows "
@@ -93,7 +105,13 @@ class DataConfig(Section):
     messages_key: str | None = Field(None, description="Column holding a full chat message list instead.")
     id_key: str | None = Field(None, description="Column holding a stable example id.")
     train_size: int = Field(5000, ge=1, description="Training prompts generated (reasoning_gym).")
-    eval_size: int = Field(200, ge=0, description="Held-out prompts for evaluation (disjoint from training).")
+    eval_size: int | None = Field(
+        None,
+        ge=0,
+        description="Held-out prompts for evaluation (disjoint from training); 0: none. Default: 200 "
+        "generated problems (reasoning_gym, env); all of an eval source (data.eval_path / eval_split); "
+        "else 10% of a file's or dataset's rows, at most 200 (docs/data.md).",
+    )
     seed: int = Field(0, description="Seed for generating/splitting data.")
     system_prompt: str | None = Field(
         None, description="System message; None keeps the chat template's default."
@@ -105,7 +123,8 @@ class DataConfig(Section):
     )
     answer_format: str | None = Field(
         "answer_tag",
-        description="Instruction appended to every question: answer_tag, boxed, none or literal text.",
+        description="Instruction appended to every text question: answer_tag, boxed, none or literal text. "
+        "Default: answer_tag for generated tasks; none for files and HF datasets (prompts as written).",
     )
 
 
@@ -121,7 +140,10 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(
-        24, ge=1, description="Longest completion; longer ones are cut (finish=length)."
+        256,
+        ge=1,
+        description="Longest completion; longer ones are cut (finish=length). Default by data source: "
+        "256, except for the default job (chain_sum: 24) and environment datasets (24 a turn).",
     )
     ignore_eos: bool = Field(
         False, description="Never stop at EOS (fixed-length completions, for benchmarks)."
@@ -358,15 +380,17 @@ class EvalConfig(Section):
 class TrainConfig(Section):
     steps: int = Field(70, ge=0, description="Training steps (one rollout batch each).")
     time_limit_s: float | None = Field(
-        450.0,
+        None,
         gt=0,
-        description="Stop training after this many seconds (keeps the default job under 10 min); null: none.",
+        description="Stop training after this many seconds; null: none. Default: none, except for the "
+        "default job (chain_sum: 450, to keep the demo under 10 min).",
     )
     time_budget_s: float | None = Field(
-        570.0,
+        None,
         gt=0,
         description="Whole-run wall-clock budget (model loading and evals included): training stops "
-        "early enough for the final eval and checkpoint to fit; null: none.",
+        "early enough for the final eval and checkpoint to fit; null: none. Default: none, except for "
+        "the default job (chain_sum: 570).",
     )
     max_staleness: int | None = Field(
         None,
@@ -386,13 +410,20 @@ class TrainConfig(Section):
         "docs/scale.md.",
     )
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0 = only at the end).")
-    keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
-    final_checkpoint: Literal["full", "model", "none"] = Field(
-        "full",
+    keep_checkpoints: int | None = Field(
+        2,
+        ge=1,
+        description="How many of the newest checkpoints to keep (null: all). The newest resumable one "
+        "is kept too, so that --resume always has one; older ones are deleted once a new one is written.",
+    )
+    final_checkpoint: Literal["auto", "full", "model", "none"] = Field(
+        "auto",
         description="What the end of training saves. full: model, tokenizer and the optimizer, "
         "scheduler and RNG state (resumable; about three times the model's size with AdamW). model: "
-        "model and tokenizer only (for rlvr eval --model and from_pretrained; not resumable). none: "
-        "nothing (periodic checkpoints from save_every are always full).",
+        "model and tokenizer only (for rlvr eval --model and from_pretrained; not resumable). auto: "
+        "model when the run reached train.steps (a finished run is evaluated or trained on from, not "
+        "resumed), full when a time limit stopped it earlier (--resume with more time continues it). "
+        "none: nothing. Periodic checkpoints (save_every) and SIGTERM's are always full.",
     )
     log_samples: int = Field(8, ge=-1, description="Completions per step written to samples.jsonl (-1: all).")
     log_trajectories: bool = Field(

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION
 from rlvr.data.rows import ColumnMapping, LoadedExamples, rows_to_examples
 from rlvr.errors import RlvrError
 from rlvr.safe_parse import MAX_JSON_DEPTH, loads_json
@@ -106,13 +105,14 @@ def load_file(
     id_key: str | None = None,
     messages_key: str | None = None,
     system_prompt: str | None = None,
-    answer_format: str | None = ANSWER_TAG_INSTRUCTION,
+    answer_format: str | None = None,
     verifier: str | None = None,
     data_source: str | None = None,
 ) -> LoadedExamples:
     """Load every row of a data file as an :class:`Example`.
 
-    A row's prompt is its ``question_key`` text (wrapped by ``build_messages``) or, when
+    A row's prompt is its ``question_key`` text (wrapped by ``build_messages``: a ``system_prompt``
+    before it, an ``answer_format`` instruction after it only when one is given) or, when
     ``messages_key`` is set and the row has it, a full chat used as written; rows in TRL's and
     verl's forms are recognised (:mod:`rlvr.data.rows`). Columns not used for
     the prompt, answer or id go to ``metadata``. A ``verifier`` or ``data_source`` column

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.data.example import Example
-from rlvr.data.prompts import ANSWER_TAG_INSTRUCTION, build_messages
+from rlvr.data.prompts import build_messages, resolve_answer_format
 from rlvr.errors import RlvrError
 from rlvr.safe_parse import check_depth, loads_json
 
@@ -63,7 +63,7 @@ class ColumnMapping:
     id_key: str | None = None
     messages_key: str | None = None
     system_prompt: str | None = None
-    answer_format: str | None = ANSWER_TAG_INSTRUCTION
+    answer_format: str | None = None
     verifier: str | None = None
     data_source: str = "unknown"
 
@@ -148,7 +148,7 @@ def _messages_from(value: Any, where: str, key: str) -> list[dict[str, str]]:
 class _Prompt:
     messages: list[dict[str, str]]
     column: str
-    how: str  # "question text + instruction" or "chat, as written"
+    how: str  # "text, as written", "text + answer-format instruction" or "chat, as written"
     final_turn: str | None = None  # the content of a trailing assistant turn cut from the chat
 
 
@@ -194,7 +194,8 @@ def _prompt_from_row(row: dict[str, Any], where: str, mapping: ColumnMapping) ->
     if not str(value).strip():
         raise RlvrError(f"{where}: empty question in column {key!r}.")
     messages = build_messages(str(value), mapping.system_prompt, mapping.answer_format)
-    return _Prompt(messages, key, "question text + answer-format instruction")
+    appended = resolve_answer_format(mapping.answer_format) is not None
+    return _Prompt(messages, key, "text + answer-format instruction" if appended else "text, as written")
 
 
 def _assistant_text(value: Any, where: str, key: str) -> str:

@@ -86,17 +86,22 @@ def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
 
 def env_factory(name: str) -> EnvFactory:
     """The environment registered as ``name``, or ``"module:attribute"`` imported (a class or
-    function in the user's own code, no registration needed)."""
+    function in the user's own code, no registration needed; a module in the working directory
+    is found too, :mod:`rlvr.user_code`)."""
     if ":" not in name:
         return ENVIRONMENTS.get(name)
-    import importlib
-
     from rlvr.errors import RlvrError
+    from rlvr.user_code import import_user_module, working_dir
 
     module, _, attribute = name.partition(":")
     try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as err:
+        return getattr(import_user_module(module), attribute)
+    except ImportError as err:
+        raise RlvrError(
+            f"environment '{name}': cannot import {attribute} from {module}: {err} (looked in the installed "
+            f"packages and the working directory {working_dir()})"
+        ) from err
+    except AttributeError as err:
         raise RlvrError(f"environment '{name}': cannot import {attribute} from {module}: {err}") from err
 
 

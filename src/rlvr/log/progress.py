@@ -1,7 +1,13 @@
-"""The live progress bar of a training run (rich), with the numbers a person watches."""
+"""The live progress bar of a training run (rich), with the numbers a person watches.
+
+A console that cannot redraw a bar in place (a batch job, output redirected to a file or a pipe)
+gets :class:`StepLines` instead: one compact line per step (every ``log.every_steps`` steps), and
+one line per evaluation with its accuracy (:func:`eval_line`).
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from rich.console import Console
@@ -82,3 +88,64 @@ def eval_progress(console: Console | None = None, disable: bool = False) -> Prog
         disable=disable,
         transient=True,
     )
+
+
+def is_live(console: Console) -> bool:
+    """Whether ``console`` redraws a progress bar in place: a terminal or a notebook, not a file."""
+    return bool(console.is_terminal or console.is_jupyter)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0.0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class StepLines:
+    """One line per training step, for consoles without a live progress bar: step, reward, accuracy,
+    tokens/s, elapsed time and ETA, and the run's reward errors and skipped groups so far when any. Every
+    ``every`` steps, and always the last (``total``). The ETA is the mean step time so far times the
+    steps left, or the time left to ``deadline`` (a ``time.perf_counter()`` value) when sooner."""
+
+    def __init__(self, console: Console, total: int, every: int = 1, deadline: float | None = None) -> None:
+        self.console, self.total, self.every, self.deadline = console, total, max(1, every), deadline
+        self.started = time.perf_counter()
+        self.done = 0
+        self.errors = self.skipped = self.sampled = 0.0
+
+    def step(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.done += 1
+        self.errors += metrics.get("reward/errors", 0.0)
+        sampled = metrics.get("groups/sampled", 0.0)
+        self.sampled += sampled
+        self.skipped += sampled - metrics.get("groups/kept", sampled)
+        if step % self.every and step < self.total:
+            return
+        now = time.perf_counter()
+        elapsed = now - self.started
+        eta = elapsed / self.done * max(0, self.total - step)
+        if self.deadline is not None:
+            eta = min(eta, max(0.0, self.deadline - now))
+        parts = [f"step {step}/{self.total}", f"reward {metrics.get('reward/mean', 0.0):.3f}"]
+        if "train/accuracy" in metrics:
+            parts.append(f"acc {metrics['train/accuracy']:.2f}")
+        parts += [
+            f"{metrics.get('throughput/tokens_per_s', 0.0):.0f} tok/s",
+            f"elapsed {_clock(elapsed)}",
+            f"ETA {_clock(eta)}",
+        ]
+        # the run's totals so far, as the live bar shows them (note_issues)
+        if self.errors:
+            parts.append(f"reward errors {int(self.errors)}")
+        if self.skipped:
+            parts.append(f"skipped groups {int(self.skipped)}/{int(self.sampled)}")
+        self.console.print("  ".join(parts), highlight=False)
+
+
+def eval_line(label: str, step: int, metrics: Mapping[str, float]) -> str:
+    """``eval (periodic) at step 20: accuracy 41.5% (n=200)`` for one evaluation's metrics."""
+    text = f"eval ({label}) at step {step}: accuracy {metrics.get('eval/accuracy', 0.0):.1%}"
+    if "eval/size" in metrics:
+        text += f" (n={int(metrics['eval/size'])})"
+    if metrics.get("eval/reward_errors"):
+        text += f", {int(metrics['eval/reward_errors'])} not scored (reward errors, counted as wrong)"
+    return text

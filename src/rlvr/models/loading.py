@@ -1,13 +1,14 @@
-"""Load a causal LM and its tokenizer from a built-in name, a local directory or a hub id (offline)."""
+"""Load a causal LM and its tokenizer from a built-in name, a local directory or a hub id
+(downloaded as transformers does, unless downloads are off: :mod:`rlvr.hub`)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from rlvr.errors import RlvrError
+from rlvr.library_warnings import silence_library_deprecations
 from rlvr.models.bundled import BUILTIN_MODELS
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -62,9 +63,11 @@ def load_backbone(name_or_path: str, dtype: str = "float32", device: str = "cpu"
 
 
 def _from_pretrained(auto_class, name_or_path: str, dtype: str, device: str) -> torch.nn.Module:
+    silence_library_deprecations()  # again here: a caller's warnings.catch_warnings() drops filters
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a weight-loading bar per load drowns rlvr's own progress
+    check_device(device)
     path = resolve_model_path(name_or_path)
     try:
         model = auto_class.from_pretrained(path, dtype=torch_dtype(dtype), local_files_only=_offline(path))
@@ -84,13 +87,47 @@ def _from_pretrained(auto_class, name_or_path: str, dtype: str, device: str) -> 
 
 
 def _offline(path: str) -> bool:
-    return Path(path).exists() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    """A local directory never asks the Hub; a Hub id downloads unless downloads are off (rlvr.hub)."""
+    from rlvr.hub import hub_offline
+
+    return Path(path).exists() or hub_offline()
 
 
 def _not_available(name: str, err: Exception) -> RlvrError:
+    from rlvr.hub import downloads_hint, hub_offline
+
     builtins = ", ".join(BUILTIN_MODELS)
-    return RlvrError(
-        f"model '{name}' is not available offline ({type(err).__name__}). Use a built-in name ({builtins}), "
-        "a local directory with config.json and weights, or download it first on a machine with network "
-        f"(huggingface-cli download {name}) so that it is in the Hugging Face cache."
+    detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:300].rstrip(". ")
+    where = (
+        "is not available offline: it is not in the local Hugging Face cache"
+        if hub_offline()
+        else "could not be loaded from the Hugging Face Hub"
     )
+    return RlvrError(
+        f"model '{name}' {where} ({type(err).__name__}: {detail}). {downloads_hint(name)}. Other choices: "
+        f"a built-in name ({builtins}) or a local directory with config.json and weights."
+    )
+
+
+def check_device(device: str, key: str = "model.device") -> None:
+    """Refuse a device this torch cannot use (``cuda`` on a CPU-only build, a GPU index that is not
+    there) with one message naming ``key``, before any weights are loaded."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise RlvrError(f"{key}={device!r} is not a torch device ({err}); e.g. cpu, cuda, cuda:1") from None
+    if parsed.type != "cuda":
+        return
+    if not torch.backends.cuda.is_built():
+        raise RlvrError(
+            f"{key}={device!r}, but this torch ({torch.__version__}) is a CPU-only build without CUDA: "
+            f"install a CUDA build of torch (README, 'GPU install'), or set {key}=cpu"
+        )
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise RlvrError(
+            f"{key}={device!r}, but torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU here "
+            f"(check nvidia-smi and CUDA_VISIBLE_DEVICES), or set {key}=cpu"
+        )
+    if parsed.index is not None and parsed.index >= count:
+        raise RlvrError(f"{key}={device!r}, but torch sees {count} GPU(s) here (cuda:0 to cuda:{count - 1})")

@@ -18,6 +18,13 @@ and params, in a pool with the config's workers and timeouts (the trainer's own
 the sampled-token count and finish reason (a run's ``samples.jsonl`` has them), and the same
 start-up check of the data. For a reasoning-gym config the rows' ``question`` and ``answer`` stand
 for the task's entry when they have no ``rg_entry``.
+
+A trajectories file (``rlvr collect --out``, a run's ``trajectories.jsonl``: docs/trajectories.md) is
+recognised by its rows' ``text`` and ``example_id``. Its rows name their example but do not carry it,
+so it is scored with the config it was collected with (``--config``): the examples are rebuilt from
+that config's data (training and held-out) and found by id; each trajectory's ``text`` is scored
+with its sampled-token count, sampling logprobs and finish reason, and the rows of one group
+(``step``, ``group``) are one group.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ if TYPE_CHECKING:
     from rlvr.config import RunConfig
 
 _RESERVED = {"completion", "answer", "reference", "question", "prompt", "id", "verifier", "group"}
+# What marks a row of a trajectories file (rlvr.trajectory.trajectory_record) rather than a completion
+TRAJECTORY_FIELDS = ("text", "example_id")
 
 
 def score_file(
@@ -72,6 +81,12 @@ def score_file(
         raise RlvrError(f"params given for {unknown}, which are not among the rewards {names}")
     specs = [RewardSpec(name=name, params=params.get(name, {})) for name in names]
     rows = _read_rows(path)
+    if _is_trajectories(path, rows):
+        raise RlvrError(
+            f"{path} is a trajectories file (rlvr collect, train.log_trajectories): its rows name their "
+            "example by id but do not carry its reference. Score it with the config it was collected "
+            "with: rlvr reward --config CONFIG [key=value ...] --completions FILE"
+        )
     examples = [_example(path, line, row, task) for line, row in rows]
     _check_examples(specs, examples)
     texts = [row["completion"] for _, row in rows]
@@ -102,12 +117,18 @@ def score_with_config(
     rg_task = cfg.data.task if cfg.data.source == "reasoning_gym" else None
     source = cfg.data.task or cfg.data.path or cfg.data.source
     rows = _read_rows(path)
-    examples = [_example(path, line, row, source, rg_task) for line, row in rows]
+    logprobs: list[list[float]] | None = None
+    if _is_trajectories(path, rows):
+        examples = _trajectory_examples(path, rows, cfg)
+        texts, tokens, finish, logprobs = _trajectory_fields(path, rows)
+        sizes = _group_sizes([[row.get("step"), row.get("group")] for _, row in rows])
+    else:
+        examples = [_example(path, line, row, source, rg_task) for line, row in rows]
+        texts = [row["completion"] for _, row in rows]
+        tokens = [_extra(path, line, row, "tokens", int) for line, row in rows]
+        finish = [_extra(path, line, row, "finish_reason", str) for line, row in rows]
+        sizes = _group_sizes([row.get("group", row.get("question", row.get("prompt"))) for _, row in rows])
     check_reward_examples(cfg.rewards, examples)
-    texts = [row["completion"] for _, row in rows]
-    tokens = [_extra(path, line, row, "tokens", int) for line, row in rows]
-    finish = [_extra(path, line, row, "finish_reason", str) for line, row in rows]
-    sizes = _group_sizes([row.get("group", row.get("question", row.get("prompt"))) for _, row in rows])
     start = time.perf_counter()
     with training_pool(cfg.rewards) as pool:
         _starting(console, len(rows), path, pool)
@@ -117,6 +138,7 @@ def score_with_config(
             tokens if None not in tokens else None,
             finish if None not in finish else None,
             group_sizes=sizes,
+            token_logprobs=logprobs,
         )
     if out_path is not None:
         with out_path.open("w", encoding="utf-8") as handle:
@@ -274,13 +296,84 @@ def _read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise RlvrError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
         if not isinstance(row, dict):
             raise RlvrError(f"{where}: expected an object, got {type(row).__name__}")
-        if not isinstance(row.get("completion"), str):
-            found = ", ".join(row) or "(none)"
-            raise RlvrError(f"{where}: no text field 'completion'; fields found: {found}")
         rows.append((line_number, row))
     if not rows:
         raise RlvrError(f"{path}: no rows")
     return rows
+
+
+def _is_trajectories(path: Path, rows: list[tuple[int, dict[str, Any]]]) -> bool:
+    """Whether the file holds trajectories (decided by its first row); every row must then be one,
+    and in a completions file every row must have its text field ``completion``."""
+    trajectories = "completion" not in rows[0][1] and all(k in rows[0][1] for k in TRAJECTORY_FIELDS)
+    for line, row in rows:
+        where = f"{path.name} line {line}"
+        if trajectories and not (isinstance(row.get("text"), str) and "example_id" in row):
+            raise RlvrError(
+                f"{where}: a trajectory row needs 'text' and 'example_id', like the file's first row; "
+                f"fields found: {', '.join(row) or '(none)'}"
+            )
+        if not trajectories and not isinstance(row.get("completion"), str):
+            found = ", ".join(row) or "(none)"
+            raise RlvrError(
+                f"{where}: no text field 'completion'; fields found: {found} (a trajectories file of "
+                "rlvr collect has 'text' and 'example_id' in every row)"
+            )
+    return trajectories
+
+
+def _trajectory_examples(path: Path, rows: list[tuple[int, dict[str, Any]]], cfg: RunConfig) -> list[Example]:
+    """Each trajectory's example, rebuilt from ``cfg``'s data and found by ``example_id``."""
+    from rlvr.data.from_config import build_datasets
+
+    train, held_out = build_datasets(cfg.data)
+    by_id: dict[str, Example] = {}
+    clashes: set[str] = set()
+    for example in (*train, *held_out):
+        if example.id in by_id and by_id[example.id] != example:
+            clashes.add(example.id)
+        by_id.setdefault(example.id, example)
+    source = cfg.data.path or cfg.data.task
+    examples = []
+    for line, row in rows:
+        example_id = str(row["example_id"])
+        where = f"{path.name} line {line}"
+        if example_id in clashes:
+            raise RlvrError(
+                f"{where}: example id {example_id!r} names both a training and a held-out example of "
+                f"{source}; give the training and held-out data distinct ids (data.id_key)"
+            )
+        if example_id not in by_id:
+            raise RlvrError(
+                f"{where}: example {example_id!r} is not in this config's data ({source}: {len(train)} "
+                f"training, {len(held_out)} held-out examples); score a trajectories file with the "
+                "config and overrides it was collected with"
+            )
+        examples.append(by_id[example_id])
+    return examples
+
+
+def _trajectory_fields(
+    path: Path, rows: list[tuple[int, dict[str, Any]]]
+) -> tuple[list[str], list[int | None], list[str | None], list[list[float]] | None]:
+    """Texts, sampled-token counts, finish reasons and sampling logprobs (None unless every row has
+    them) of trajectory rows, as the trainer passes them to its reward pool."""
+    texts: list[str] = []
+    tokens: list[int | None] = []
+    finish: list[str | None] = []
+    logprobs: list[list[float] | None] = []
+    for line, row in rows:
+        segments = row.get("segments") or []
+        if not isinstance(segments, list) or not all(isinstance(s, dict) for s in segments):
+            raise RlvrError(f"{path.name} line {line}: 'segments' must be a list of objects")
+        sampled = [s for s in segments if s.get("kind") == "sampled"]
+        texts.append(row["text"])
+        tokens.append(sum(len(s.get("token_ids") or []) for s in sampled) if sampled else None)
+        finish.append(_extra(path, line, row, "finish_reason", str))
+        chosen = [lp for s in sampled for lp in (s.get("logprobs") or [])]
+        logprobs.append(chosen if sampled and len(chosen) == tokens[-1] else None)
+    known = [lps for lps in logprobs if lps is not None and all(isinstance(x, (int, float)) for x in lps)]
+    return texts, tokens, finish, known if len(known) == len(rows) else None
 
 
 def _example(path: Path, line: int, row: dict[str, Any], task: str, rg_task: str | None = "") -> Example:

@@ -7,7 +7,8 @@ the registry also records the module that defined each function — a worker tha
 name yet imports that module, whose ``@register_reward`` decorators then fill the worker's registry.
 
 Names of the form ``"package.module:function"`` are import paths: they need no registration and
-work for any function defined at the top level of an importable module.
+work for any function defined at the top level of an importable module, or of a module in the
+working directory (:mod:`rlvr.user_code`; reward workers look in the trainer's).
 
 *Group rewards* (:func:`register_group_reward`) see all G completions of one prompt at once —
 majority vote needs the group to find its pseudo-label — and return one value per completion. They
@@ -18,6 +19,7 @@ import path to a group function also works.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -200,14 +202,54 @@ def reward_follows(name: str) -> dict[str, str]:
     return dict(_FOLLOWS.get(name, {}))
 
 
+def reward_name_of(fn: RewardFn) -> str:
+    """The name by which worker processes find the function ``fn``: its registered name, else the
+    import path ``"module:function"`` of a function defined at the top level of a module or of the
+    main script. Anything workers cannot import again (a lambda, a nested function, a method, a
+    function typed into a notebook or REPL) is refused with what to do instead."""
+    for name, registered in _REWARDS.items():
+        if registered is fn:
+            return name
+    qualname = getattr(fn, "__qualname__", None)
+    module_name = getattr(fn, "__module__", None)
+    shown = qualname or repr(fn)
+    if not callable(fn) or not qualname or not module_name or "." in qualname or "<" in qualname:
+        raise RlvrError(
+            f"reward function {shown}: rewards run in worker processes, which import them again, so a "
+            "reward passed from Python must be a function defined at the top level of a module or script "
+            "(not a lambda, a nested function, a method or a functools.partial); or register it "
+            "(rlvr.rewards.register_reward) and pass its name"
+        )
+    if module_name == "__mp_main__":
+        module_name = "__main__"
+    module = sys.modules.get(module_name)
+    if module_name == "__main__" and not getattr(module, "__file__", None):
+        raise RlvrError(
+            f"reward function {qualname}: it was defined in a notebook or an interactive session, which "
+            "reward worker processes cannot import; put it in a .py file (e.g. next to the notebook) and "
+            "import it from there"
+        )
+    if getattr(module, qualname, None) is not fn:
+        raise RlvrError(
+            f"reward function {qualname}: {module_name}.{qualname} is not this function (was it redefined "
+            "or wrapped?), so worker processes would not find it; pass the function the module defines"
+        )
+    return f"{module_name}:{qualname}"
+
+
 def _import_reward(path: str) -> RewardFn:
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise RlvrError(f"reward import path {path!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
+    from rlvr.user_code import import_user_module, working_dir
+
+    try:  # a module in the working directory counts too (rlvr.user_code)
+        module = import_user_module(module_name)
     except ImportError as exc:
-        raise RlvrError(f"reward import path {path!r}: cannot import module {module_name!r} ({exc})") from exc
+        raise RlvrError(
+            f"reward import path {path!r}: cannot import module {module_name!r} ({exc}); looked in the "
+            f"installed packages and the working directory {working_dir()}"
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))

@@ -32,13 +32,16 @@ def load_reward_model(path: str, device: str = "cpu", threads: int = 1) -> tuple
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from rlvr.hub import hub_offline
+
     if threads > 0:
         torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=Path(path).exists())
+    local = Path(path).exists() or hub_offline()  # a Hub id downloads unless downloads are off
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype=torch.float32, local_files_only=Path(path).exists()
+        path, dtype=torch.float32, local_files_only=local
     )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # needed to find each row's last token
@@ -90,7 +93,7 @@ def _setup(params: dict[str, Any]) -> None:
 
 
 def _check(params: dict[str, Any]) -> None:
-    """A local path must be a model directory; anything else is left to be a hub id (offline cache)."""
+    """A local path must be a model directory; anything else is left to be a hub id (rlvr.hub)."""
     raw = params["path"]
     path = Path(raw).expanduser()
     if path.exists() and not (path / "config.json").is_file():

@@ -1,6 +1,6 @@
 """What every rollout engine takes and returns.
 
-Engines take token ids and return token ids: the trainer never re-tokenises text (DESIGN.md,
+Engines take token ids and return token ids: the trainer never re-tokenises text (docs/design.md,
 principle 3). Each completion carries the per-token logprobs under the sampling distribution, so
 that on-policy updates can reuse them and off-policy corrections can compare engine and trainer.
 """

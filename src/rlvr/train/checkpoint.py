@@ -4,8 +4,16 @@ A checkpoint is ``checkpoints/step-000010/`` with the HF model and tokenizer (lo
 ``from_pretrained`` and by ``rlvr eval --model``), ``trainer_state.pt`` (optimizer, scheduler,
 every RNG) and ``state.json`` (step, data position). It is built in a temporary sibling directory
 and renamed into place, so a crash never leaves a half-written checkpoint that resume would pick.
-A model-only checkpoint (``train.final_checkpoint=model``) has no ``trainer_state.pt``; resume
-skips it.
+A model-only checkpoint has no ``trainer_state.pt``: resume skips it, ``rlvr eval --model RUN``
+evaluates it when it is the newest. By default (``train.final_checkpoint=auto``) the end of a run
+that reached ``train.steps`` saves the model only, and periodic checkpoints (``train.save_every``)
+and a run stopped early (a time limit, SIGTERM) save everything resume needs.
+
+``train.keep_checkpoints`` keeps the newest N checkpoints, and always the newest resumable one (the
+one ``--resume`` continues from), so a model-only final checkpoint never leaves a run that had a
+resumable checkpoint without one. Older ones are deleted only after the new one is completely
+written, each first renamed out of the ``step-*`` names (one atomic rename), so an interrupted
+deletion never leaves a half-deleted directory that looks like a checkpoint.
 
 A checkpoint that cannot be written (too little free space, measured before writing against an
 estimate of its size; or any error while writing: a full disk, an I/O error) raises
@@ -122,10 +130,11 @@ def save_checkpoint(
     tokenizer,
     trainer_state: dict[str, Any] | None,
     state: dict[str, Any],
-    keep: int,
+    keep: int | None,
 ) -> Path:
     """Write ``root/step-NNNNNN`` atomically; ``trainer_state=None`` writes the model and tokenizer
-    only (not resumable). Keeps the ``keep`` newest checkpoints."""
+    only (not resumable). Then keeps the ``keep`` newest checkpoints (None: all) and the newest
+    resumable one (:func:`prune`)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -147,9 +156,10 @@ def save_checkpoint(
             write_trainer_state(trainer_state, tmp / "trainer_state.pt")
         meta = {**state, "step": step, "resumable": trainer_state is not None}
         (tmp / "state.json").write_text(json.dumps(meta, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
+        replaced = _retire(final) if final.exists() else None  # one of this step from an earlier try
         os.replace(tmp, final)
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
     except BaseException as err:  # a full disk, an I/O error, Ctrl-C: leave no half-written directory
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(err, Exception):
@@ -163,9 +173,53 @@ def save_checkpoint(
             with contextlib.suppress(OSError):
                 why += f" ({gib(shutil.disk_usage(root).free)} free on {root})"
         raise _failure(final, root, needed, f"writing it failed: {why}") from err
-    for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(root, keep)
     return final
+
+
+def _retire(path: Path) -> Path:
+    """Rename a checkpoint out of the ``step-*`` names (atomic), so that no reader takes it for a
+    checkpoint while it is deleted; returns its new path."""
+    retired = path.with_name(f".old-{path.name}-{os.getpid()}")
+    if retired.exists():
+        shutil.rmtree(retired, ignore_errors=True)
+    os.replace(path, retired)
+    return retired
+
+
+def prune(root: Path, keep: int | None) -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints (None: keep all), never the newest resumable
+    one; returns the deleted paths. Leftovers of an interrupted deletion go too."""
+    for leftover in root.glob(".old-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    found = list_checkpoints(root)
+    if keep is None or len(found) <= keep:
+        return []
+    resumable = [p for p in found if is_resumable(p)]
+    kept = {*found[-keep:], *resumable[-1:]}
+    deleted = [p for p in found if p not in kept]
+    for old in deleted:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(_retire(old), ignore_errors=True)
+    return deleted
+
+
+def is_resumable(path: Path) -> bool:
+    """Whether a checkpoint holds what resume needs (the optimizer, scheduler and RNG state)."""
+    return (path / "trainer_state.pt").exists()
+
+
+def describe(model_dir: str | Path) -> str | None:
+    """``"model-only, step 70"`` / ``"full, step 60"`` for a checkpoint's ``model`` directory; None
+    for any other model."""
+    ckpt = Path(model_dir).parent
+    if not ckpt.name.startswith(PREFIX) or not (ckpt / "state.json").is_file():
+        return None
+    try:
+        step = int(ckpt.name[len(PREFIX) :])
+    except ValueError:
+        return None
+    return f"{'full' if is_resumable(ckpt) else 'model-only'}, step {step}"
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -179,7 +233,13 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 def latest_checkpoint(root: Path) -> Path | None:
     """The newest checkpoint a run can resume from (model-only checkpoints are skipped)."""
-    found = [p for p in list_checkpoints(root) if (p / "trainer_state.pt").exists()]
+    found = [p for p in list_checkpoints(root) if is_resumable(p)]
+    return found[-1] if found else None
+
+
+def newest_checkpoint(root: Path) -> Path | None:
+    """The newest checkpoint of any kind (what ``rlvr eval --model RUN`` evaluates)."""
+    found = list_checkpoints(root)
     return found[-1] if found else None
 
 
@@ -191,8 +251,10 @@ def resume_point(root: Path) -> Path | None:
     if start is None and model_only:
         raise RlvrError(
             f"--resume: {root.parent} has no resumable checkpoint: {model_only[-1].name} holds the model "
-            f"only (train.final_checkpoint=model); start a new run from it with "
-            f"model.name={model_only[-1] / 'model'}"
+            "only (train.final_checkpoint=auto, the default, saves the model alone at the end of a run "
+            "that reached train.steps; =model always). To train further, start a new run from it: "
+            f"model.name={model_only[-1] / 'model'} name=NEW_NAME. To be able to extend a finished run "
+            "with --resume, train it with train.final_checkpoint=full (or periodic train.save_every)"
         )
     return start
 

@@ -32,9 +32,10 @@ def run_header(cfg: RunConfig, data: Datasets) -> str:
         f"  dtypes   {precision_of(cfg).describe()}",
         f"  data     {describe_data(cfg, data)}",
         f"  prompt   {describe_prompt(cfg, data)}",
-        f"  first    {first_question(data)}",
+        f"  first    {first_prompt(data)}",
         f"  rewards  {describe_rewards(cfg.rewards.functions, cfg)}",
         f"  method   {describe_method(cfg)}",
+        *([f"  limits   {limits}"] if (limits := describe_limits(cfg)) else []),
         f"  eval     {describe_eval(cfg, data)}",
     ]
     return "[bold]rlvr train[/bold] " + escape("\n".join(lines))
@@ -57,8 +58,17 @@ def describe_data(cfg: RunConfig, data: Datasets) -> str:
 
 
 def describe_prompt(cfg: RunConfig, data: Datasets) -> str:
+    """The parts of the first training prompt (the ``first`` lines show it whole): whose system
+    message it has, the demonstrations, and whether the answer-format instruction was appended."""
     d = cfg.data
-    parts = [f"system: {d.system_prompt!r}" if d.system_prompt else "system: the chat template's default"]
+    first = data.train[0].prompt if data.train else []
+    system = first[0]["content"] if first and first[0].get("role") == "system" else None
+    if system is None:
+        parts = ["system: none (the chat template's default, if it has one)"]
+    elif d.system_prompt and system == d.system_prompt:
+        parts = ["system: data.system_prompt"]
+    else:
+        parts = ["system: the environment's" if d.source == "env" else "system: the row's own"]
     if d.few_shot:
         parts.append(f"{len(d.few_shot)} demonstration{'s' if len(d.few_shot) > 1 else ''} (data.few_shot)")
     else:
@@ -67,22 +77,30 @@ def describe_prompt(cfg: RunConfig, data: Datasets) -> str:
         parts.append("the environment's own instructions")
     else:
         instruction = resolve_answer_format(d.answer_format)
-        text = f"instruction {instruction!r}" if instruction else "no answer-format instruction"
-        if "chat, as written" in data.reading:
-            text += " (not added to chat prompts, used as written)"
+        if instruction and data.train and data.train[0].question.endswith(instruction):
+            text = f"answer-format instruction appended (data.answer_format={d.answer_format})"
+        elif instruction:
+            text = (
+                f"no answer-format instruction (data.answer_format={d.answer_format} is not added to chats)"
+            )
+        else:
+            text = "no answer-format instruction (data.answer_format=none): the data's own wording"
         parts.append(text)
     if cfg.env.name:
         parts.append(f"played out in environment {cfg.env.name} (up to {cfg.env.max_turns} turns)")
     return "; ".join(parts)
 
 
-def first_question(data: Datasets) -> str:
-    """The first training example's last user turn as the model reads it (after any
-    demonstrations), cut to :data:`WIDTH` characters."""
+def first_prompt(data: Datasets) -> str:
+    """The first training example's prompt as the messages the chat template is given, one
+    ``role: 'content'`` line each (demonstrations included), each cut to :data:`WIDTH` characters."""
     if not data.train:
         return "(no training examples)"
-    text = repr(data.train[0].question)
-    return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
+    lines = []
+    for message in data.train[0].prompt:
+        text = f"{message.get('role')}: {message.get('content', '')!r}"
+        lines.append(text if len(text) <= WIDTH else text[: WIDTH - 1] + "…")
+    return "\n           ".join(lines)
 
 
 def describe_reward(item: RewardItem) -> str:
@@ -117,12 +135,28 @@ def describe_method(cfg: RunConfig) -> str:
     return text
 
 
+def describe_limits(cfg: RunConfig) -> str:
+    """The wall-clock limits that may stop training before ``train.steps``; empty when none is set."""
+    t = cfg.train
+    parts = []
+    if t.time_limit_s:
+        parts.append(f"training stops after {t.time_limit_s:g} s (train.time_limit_s)")
+    if t.time_budget_s:
+        parts.append(
+            f"{'or earlier ' if parts else 'training stops '}so that the whole run, evals included, "
+            f"ends within {t.time_budget_s:g} s (train.time_budget_s)"
+        )
+    return ", ".join(parts) + (" (null: no limit)" if parts else "")
+
+
 def describe_eval(cfg: RunConfig, data: Datasets) -> str:
     if not data.held_out:
-        return "none (data.eval_size=0)"
+        return "none (data.eval_size=0)" if cfg.data.eval_size == 0 else f"none: {data.held_out_from}"
     e = cfg.eval
     scorer = describe_reward(eval_item(cfg.rewards)) if cfg.rewards.functions else "the environment"
     text = f"greedy accuracy by {scorer} on {len(data.held_out)} held-out"
+    if data.held_out_from:
+        text += f" from {data.held_out_from}"
     if e.samples:
         text += f"; {e.samples} samples each (pass@{', pass@'.join(map(str, e.pass_k))}"
         text += f", maj@{e.samples})" if e.samples > 1 else ")"

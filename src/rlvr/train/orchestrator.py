@@ -1,6 +1,6 @@
 """The orchestrator: builds collector, learner and weight sync from a config, and runs the loop.
 
-One synchronous step (a queue of depth 0) reads top to bottom like DESIGN.md's diagram::
+One synchronous step (a queue of depth 0) reads top to bottom like docs/design.md's diagram::
 
     collection = collector.collect()          # sample + score groups; drop uninformative ones
     metrics    = learner.update(kept groups)  # advantages + policy update; version += 1
@@ -29,6 +29,7 @@ from rlvr.data.from_config import load_datasets
 from rlvr.errors import Stopped
 from rlvr.eval.groups import group_of
 from rlvr.log import JsonlWriter, note_issues, training_progress, truncate_after_step
+from rlvr.log.progress import StepLines, eval_line, is_live
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.models.precision import precision_of
@@ -50,6 +51,7 @@ from rlvr.train.fsdp import (
     unsharded_frame,
 )
 from rlvr.train.header import run_header
+from rlvr.train.health import ErrorEcho, reward_calls
 from rlvr.train.learner import Learner
 from rlvr.train.run_dir import prepare_run_dir
 from rlvr.train.shard import distribute_learner
@@ -139,6 +141,8 @@ class Orchestrator:
                 self.collect_ranks = self.ranks.subgroup()
             self.collector.spread = self.collect_ranks.spread
         self.step, self.elapsed = 0, 0.0
+        self.steps_run = self.updates = 0  # by this process (a resumed run: since the resume)
+        self.error_echo = ErrorEcho(self.console)  # the first reward error of each kind, with its text
         self.pipeline_step = 0  # the step whose batch the background collector was last allowed
         self.carried: list[Batch] = []  # a checkpoint's sampled, untrained batches (async resume)
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
@@ -223,7 +227,9 @@ class Orchestrator:
             self.logs["metrics.jsonl"].write(failed)
             raise
         self.save_s = time.perf_counter() - began
-        self.saved_step, self.last_checkpoint = self.step, path
+        self.saved_step = self.step
+        if not model_only:  # what a --resume would continue from
+            self.last_checkpoint = path
         return path
 
     # ----------------------------------------------------------------------------- one step
@@ -244,6 +250,7 @@ class Orchestrator:
             collection = self.collector.collect(greedy_baseline=self.learner.needs_greedy_baseline)
             t_collect = time.perf_counter() - t0
             metrics = dict(collection.metrics)
+        self.error_echo.observe(collection.seen)
         metrics.update(skip_metrics(collection.seen, collection.kept))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))
@@ -283,14 +290,17 @@ class Orchestrator:
     def run_eval(self, label: str) -> dict[str, float]:
         # under torchrun rank 0 evaluates (not split over the ranks yet); every rank gets its metrics
         metrics, records = {}, []
+        live = is_live(self.console)
         if self.ranks.is_main:
-            metrics, records = self.collector.evaluate(label, self.console, self.quiet)
+            metrics, records = self.collector.evaluate(label, self.console, self.quiet or not live)
         metrics = self.ranks.from_main(metrics)
         if not metrics:
             return {}
         for record in records:
             self.logs["eval_samples.jsonl"].write({"step": self.step, "phase": label, **record})
         self.logs["metrics.jsonl"].write({"step": self.step, "phase": label, **metrics})
+        if not self.quiet and (label == "periodic" or not live):  # a batch job's log shows every eval
+            self.console.print(eval_line(label, self.step, metrics), highlight=False)
         return metrics
 
     def fit(self) -> dict[str, dict[str, float]]:
@@ -317,7 +327,14 @@ class Orchestrator:
         deadline = (
             time.perf_counter() + cfg.train.time_limit_s - self.elapsed if cfg.train.time_limit_s else None
         )
-        with training_progress(self.console, disable=self.quiet) as progress:
+        # no terminal (a batch job, a file): a line per step (log.every_steps) instead of the bar
+        live = is_live(self.console)
+        lines = (
+            None
+            if self.quiet or live
+            else StepLines(self.console, cfg.train.steps, cfg.log.every_steps, deadline)
+        )
+        with training_progress(self.console, disable=self.quiet or not live) as progress:
             task = progress.add_task(
                 "train", total=cfg.train.steps, completed=self.step, reward=0.0, acc=0.0, tps=0.0
             )
@@ -330,7 +347,9 @@ class Orchestrator:
                     pending=self.carried,
                 )
                 self.pipeline_step = self.step
-            skips = SkipMonitor(self.console, cfg.train.steps - self.step)
+            skips = SkipMonitor(
+                self.console, cfg.train.steps - self.step, max_new_tokens=cfg.rollout.max_new_tokens
+            )
             while self.step < cfg.train.steps:
                 if self.pipeline is not None and self.step > self.pipeline_step:
                     self.pipeline.trained()  # the last update is published, saved, evaluated: sample on
@@ -346,6 +365,10 @@ class Orchestrator:
                     tps=metrics["throughput/tokens_per_s"],
                 )
                 note_issues(progress, task, metrics)  # reward errors and skipped groups, when any
+                if lines is not None:
+                    lines.step(self.step, metrics)
+                self.steps_run += 1
+                self.updates += 0 if metrics.get("update/skipped") else 1
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0:
                     self.save()
                 if self.ranks.any(self._terminate):  # SIGTERM (a scheduler's stop): keep this step, exit
@@ -372,18 +395,31 @@ class Orchestrator:
                 )
                 time_up, budget_up = self.ranks.from_main((time_up, budget_up))  # rank 0's clock decides
                 if time_up:
-                    self.console.print(f"time limit reached after step {self.step}")
+                    self.console.print(
+                        f"time limit: stopping after step {self.step} of {cfg.train.steps}, "
+                        f"train.time_limit_s={cfg.train.time_limit_s:g} reached (null: no limit)",
+                        highlight=False,
+                    )
                     break
                 if budget_up:
                     self.console.print(
-                        f"time budget: stopping after step {self.step} so that the final eval and "
-                        f"checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g}"
+                        f"time budget: stopping after step {self.step} of {cfg.train.steps} so that the "
+                        f"final eval and checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g} "
+                        "(null: no budget)",
+                        highlight=False,
                     )
                     break
         if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
-            self.save(model_only=cfg.train.final_checkpoint == "model")
+            # auto: a run that reached train.steps is not resumed (the model alone); one stopped
+            # early by a time limit is, with more time (everything resume needs)
+            finished = self.step >= cfg.train.steps
+            final = cfg.train.final_checkpoint
+            self.save(model_only=final == "model" or (final == "auto" and finished))
         self._stop_pipeline()  # after the checkpoint, which keeps its sampled, untrained batches
         results["after"] = self.run_eval("after")
+        # what rlvr.train.health.run_failure judges (the CLI exits 3 on a run that did not train)
+        calls = self.ranks.sum_metrics(reward_calls(self.collector.pool))
+        results["run"] = {"steps": float(self.steps_run), "updates": float(self.updates), **calls}
         return results
 
     def _stop_pipeline(self) -> None:

@@ -12,8 +12,12 @@ given again with ``--resume`` (as ``key=value`` or in a config file) are compare
 
 A run whose last record is its final evaluation is *finished*: resuming it does nothing unless
 ``train.steps`` goes beyond where it ended, or its time limits change (a run stopped by its time
-limit continues only when given more time). A run directory without a checkpoint starts over
-from step 0 with its saved config, and its old logs are cleared.
+limit continues only when given more time). It continues from its newest resumable checkpoint; a
+run that reached ``train.steps`` ends with a model-only checkpoint by default
+(``train.final_checkpoint=auto``), so without an earlier periodic one it cannot be extended: the
+error says so before anything is written, and how to start a new run from that model. A run
+directory without a checkpoint starts over from step 0 with its saved config, and its old logs are
+cleared.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ SAFE_KEYS = frozenset(
         "train.final_checkpoint",
         "train.log_samples",
         "train.log_trajectories",
+        "log.every_steps",
         "model.threads",
         "rewards.workers",
         "rewards.timeout_s",
@@ -170,12 +175,21 @@ def nothing_to_do(state: ResumeState, cfg: RunConfig) -> str | None:
     """Why resuming does nothing (a finished run not given more steps or time), or None."""
     if state.finished_at is None:
         return None
+    from rlvr.train.checkpoint import latest_checkpoint
+
     lengthened = [k for k in LENGTH_KEYS if k in state.changes]
     if state.finished_at < cfg.train.steps and lengthened:
         return None
+    further = "To train further, resume with a larger train.steps (or new time limits)"
+    if state.checkpoint is not None and latest_checkpoint(state.checkpoint.parent) is None:
+        further = (
+            f"Its checkpoint {state.checkpoint.name} holds the model only (train.final_checkpoint="
+            f"{cfg.train.final_checkpoint}): to train further, start a new run from it "
+            f"(model.name={state.checkpoint / 'model'} name=NEW_NAME)"
+        )
     return (
         f"--resume: {state.run} finished at step {state.finished_at} (train.steps={cfg.train.steps}); "
-        "nothing to do. To train further, resume with a larger train.steps (or new time limits)"
+        f"nothing to do. {further}"
     )
 
 

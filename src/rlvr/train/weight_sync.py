@@ -1,6 +1,6 @@
 """WeightSync: how the learner's new weights reach the collector's engine, tagged with a version.
 
-The seam between learner and collector (DESIGN.md, "The next shape"). A sync publishes the
+The seam between learner and collector (docs/design.md, "The shape"). A sync publishes the
 learner's current weights under the learner's version; the engine samples from them from then on
 and stamps every trajectory with that version, so a trajectory always says which policy made it
 (what an asynchronous loop's staleness bound and off-policy corrections read).

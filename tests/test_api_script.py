@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).parents[1] / "README.md"
 SHORT = [  # the README's run, cut to seconds on the tiny random model
     "model.name=tiny-random",
@@ -62,6 +64,8 @@ def script_len(completion, example):
 TRAIN = 'cfg = api.load_config(None, {overrides})\nprint(api.train(cfg, quiet=True)["after"]["eval/size"])\n'
 
 
+# slow: the default run keeps the README script example (a script run from any directory)
+@pytest.mark.slow
 def test_script_with_its_own_reward_needs_the_guard_and_says_so(tmp_path) -> None:
     overrides = [*SHORT, "rewards.functions=[{name: script_len}]", "train.final_checkpoint=none"]
     train = TRAIN.format(overrides=overrides)

@@ -187,6 +187,8 @@ def test_recipes_are_listed_resolved_anywhere_and_shipped_in_the_package(tmp_pat
     assert "recipes/*.yaml" in package_data["setuptools"]["package-data"]["rlvr"]
 
 
+# slow: the default run keeps test_checkpoint_policy's eval of a run directory (API, newest checkpoint)
+@pytest.mark.slow
 def test_eval_takes_a_run_directory_or_a_checkpoint(tmp_path, monkeypatch) -> None:
     """The run's last checkpoint, evaluated on the run's own held-out set (its config.yaml)."""
     import json

@@ -63,6 +63,8 @@ def _one_line(after: str) -> list[str]:
     return [line for line in after.splitlines() if line.strip()]
 
 
+# slow: the default run keeps test_cli's Ctrl-C during training (exit 130)
+@pytest.mark.slow
 def test_ctrl_c_in_eval(tmp_path) -> None:
     args = ["eval", "--model", "tiny-random", "--task", "chain_sum", "data.eval_size=40"]
     code, _, after = interrupt_after("evaluating", [*args, "rewards.workers=1", SLOW_REWARD], tmp_path)

@@ -65,6 +65,9 @@ def test_resume_refuses_unsafe_changes_naming_each_key(finished_run, tmp_path) -
     assert (finished_run / "metrics.jsonl").read_text() == metrics
 
 
+# slow: the default run keeps test_checkpoint_policy's resume of a finished run and
+# test_train_e2e's exact resumes
+@pytest.mark.slow
 def test_resume_of_a_finished_run_does_nothing_and_more_steps_continue_it(finished_run, tmp_path) -> None:
     checkpoints = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
     metrics = (finished_run / "metrics.jsonl").read_text()

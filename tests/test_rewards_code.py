@@ -51,6 +51,8 @@ def test_canonical_solutions_pass_and_broken_ones_fail(humaneval, task):
     assert reward(fenced(example.metadata["code_prefix"] + "    return None\n"), example, **FAST) == 0.0
 
 
+# slow: the default run keeps six HumanEval problems (helpers from the prompt included) from a data file
+@pytest.mark.slow
 @needs_bwrap
 def test_every_canonical_solution_passes_and_every_stub_fails(humaneval):
     """All 164 reference solutions score 1 and a ``return None`` body scores 0 (through the pool

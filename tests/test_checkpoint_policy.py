@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from rich.console import Console
+from test_cli_resume import rlvr
 from tiny import TINY_RUN
 
 from rlvr import api
@@ -23,7 +21,6 @@ from rlvr.log import read_jsonl
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.run_dir import replace_run_dir
 
-TESTS = str(Path(__file__).parent)  # the runs' reward lives in tests/reward_fixtures.py
 QUICK = [*TINY_RUN, "data.eval_size=4", "eval.before=false"]
 
 
@@ -117,22 +114,7 @@ def test_keep_checkpoints_keeps_the_newest_and_the_newest_resumable_one(tmp_path
 
 
 # ------------------------------------------------------------------------------- --overwrite
-def rlvr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
-
-
+# the CLI in a child process, as test_cli_resume runs it
 def test_overwrite_replaces_a_finished_run_and_the_refusal_names_it(tmp_path) -> None:
     run = _train(tmp_path, "name=again", "train.steps=2")
     overrides = [*QUICK, f"output_dir={tmp_path}", "name=again", "train.steps=1"]

@@ -243,3 +243,12 @@ def test_the_collector_builds_episodes_with_the_checked_params(tmp_path, monkeyp
     ):
         api.collect(cfg, str(tmp_path / "out.jsonl"), quiet=True)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_completions_file_that_is_not_utf8_is_a_clear_error(tmp_path) -> None:
+    from rlvr.rewards.offline import score_file
+
+    completions = tmp_path / "c.jsonl"
+    completions.write_bytes(b'{"completion": "\xff\xfe", "answer": "1"}\n')
+    with pytest.raises(RlvrError, match=r"c.jsonl: not UTF-8 text"):
+        score_file(completions, "exact_match")

@@ -73,6 +73,16 @@ def test_reward_scores_a_collect_file_against_the_configs_examples(tmp_path: Pat
     ):
         score_with_config(edited, cfg)
 
+    # a hostile trajectory row: fields of the wrong type are an error naming the line, not a traceback
+    rows[1]["example_id"] = rows[0]["example_id"]
+    sampled = next(s for s in rows[1]["segments"] if s["kind"] == "sampled")
+    sampled["token_ids"] = 10**9
+    edited.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(
+        RlvrError, match=r"edited.jsonl line 2: a sampled segment's 'token_ids' and 'logprobs'"
+    ):
+        score_with_config(edited, cfg)
+
     # the CLI without the config: it says to give the config the file was collected with
     args = ["reward", "--completions", str(collected), "--json"]
     refused = cli(*args, "--task", "math", cwd=tmp_path)

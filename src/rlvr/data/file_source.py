@@ -27,15 +27,23 @@ def _read_text(path: Path) -> str:
         raise RlvrError(f"{path}: not UTF-8 text ({error}).") from error
 
 
-def _jsonl_rows(path: Path) -> Rows:
+def jsonl_lines(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """``(line number, "name line N", value)`` for each non-empty line of a JSONL file, parsed within
+    the input limits (:func:`rlvr.safe_parse.loads_json`); a line that is not JSON, or a file that
+    is not UTF-8 text, is an :class:`RlvrError` naming it."""
     for line_number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path.name} line {line_number}"
         try:
-            row = loads_json(line, where)
+            value = loads_json(line, where)
         except json.JSONDecodeError as error:
             raise RlvrError(f"{where}: not valid JSON ({error.msg} at column {error.colno}).") from error
+        yield line_number, where, value
+
+
+def _jsonl_rows(path: Path) -> Rows:
+    for _, where, row in jsonl_lines(path):
         yield where, row
 
 

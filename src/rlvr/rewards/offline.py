@@ -47,8 +47,9 @@ from rlvr.rewards.offline_rows import (
     trajectory_fields,
 )
 from rlvr.rewards.pool import RewardPool
-from rlvr.rewards.registry import list_rewards, reward_example_check
+from rlvr.rewards.registry import list_rewards
 from rlvr.rewards.results import RewardResult
+from rlvr.rewards.scoring import check_reward_examples
 from rlvr.rewards.spec import RewardSpec
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def score_file(
             "with: rlvr reward --config CONFIG [key=value ...] --completions FILE"
         )
     examples = [row_example(path, line, row, task) for line, row in rows]
-    _check_examples(specs, examples)
+    check_reward_examples(specs, examples)
     texts = [row["completion"] for _, row in rows]
     sizes = group_sizes([row.get("group", row.get("question")) for _, row in rows])
     start = time.perf_counter()
@@ -109,7 +110,7 @@ def score_with_config(
     """Score every row of ``completions`` as a training step of ``cfg`` scores its completions (see
     the module docstring); ``out`` gets one JSON line per row (total, components, errors). Returns
     :func:`summarize`'s summary with the components' ``weights`` and the config's ``rewards``."""
-    from rlvr.rewards.scoring import check_reward_examples, training_pool
+    from rlvr.rewards.scoring import training_pool
 
     if not cfg.rewards.functions:
         raise RlvrError(
@@ -272,14 +273,3 @@ def _default_reward(task: str) -> str:
         f"unknown task {task!r}: give a reward name ({', '.join(list_rewards())}) or a reasoning-gym "
         "task name (see `rlvr tasks`)"
     )
-
-
-def _check_examples(specs: list[RewardSpec], examples: list[Example]) -> None:
-    """Each reward's data check (the routing reward's refuses a row's import path) before any worker."""
-    for spec in specs:
-        check = None if ":" in spec.name else reward_example_check(spec.name)
-        if check is not None:
-            try:
-                check(spec.params, examples)
-            except ValueError as err:
-                raise RlvrError(f"reward {spec.name}: {err}") from err

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.data.example import Example
+from rlvr.data.file_source import jsonl_lines
 from rlvr.errors import RlvrError
 from rlvr.rewards.registry import list_rewards
-from rlvr.safe_parse import loads_json
 
 if TYPE_CHECKING:
     from rlvr.config import RunConfig
@@ -38,19 +38,13 @@ def row_field(path: Path, line: int, row: dict[str, Any], key: str, kind: type) 
 
 
 def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` of every row of a completions or trajectories file (JSONL)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        lines = list(jsonl_lines(path))
     except OSError as exc:
         raise RlvrError(f"{path}: cannot read the completions file: {exc.strerror or exc}") from exc
     rows = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path.name} line {line_number}"
-        try:
-            row = loads_json(line, where)
-        except json.JSONDecodeError as exc:
-            raise RlvrError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    for line_number, where, row in lines:
         if not isinstance(row, dict):
             raise RlvrError(f"{where}: expected an object, got {type(row).__name__}")
         rows.append((line_number, row))
@@ -124,6 +118,13 @@ def trajectory_fields(
         if not isinstance(segments, list) or not all(isinstance(s, dict) for s in segments):
             raise RlvrError(f"{path.name} line {line}: 'segments' must be a list of objects")
         sampled = [s for s in segments if s.get("kind") == "sampled"]
+        for s in sampled:  # the file is input: a field of the wrong type is an error naming the line
+            if not isinstance(s.get("token_ids") or [], list) or not isinstance(
+                s.get("logprobs") or [], list
+            ):
+                raise RlvrError(
+                    f"{path.name} line {line}: a sampled segment's 'token_ids' and 'logprobs' must be lists"
+                )
         texts.append(row["text"])
         tokens.append(sum(len(s.get("token_ids") or []) for s in sampled) if sampled else None)
         finish.append(row_field(path, line, row, "finish_reason", str))

@@ -18,16 +18,22 @@ def spec_from_item(item: RewardItem, **override: Any) -> RewardSpec:
     return RewardSpec(**{**fields, **override})
 
 
-def check_reward_examples(cfg: RewardsConfig, examples: Sequence[Example]) -> None:
-    """Run each reward's data check (if it registered one) on ``examples``; errors name the key."""
-    for i, item in enumerate(cfg.functions):
+def check_reward_examples(rewards: RewardsConfig | Sequence[RewardSpec], examples: Sequence[Example]) -> None:
+    """Run each reward's data check (if it registered one) on ``examples``, before any worker starts
+    (the routing ``verifier`` reward's refuses a row's import path). Errors name the config key
+    (``rewards.functions[1] (verifier)``), or the reward for specs given directly (``rlvr reward``)."""
+    if isinstance(rewards, RewardsConfig):
+        items = [(f"rewards.functions[{i}] ({item.name})", item) for i, item in enumerate(rewards.functions)]
+    else:
+        items = [(f"reward {spec.name}", spec) for spec in rewards]
+    for where, item in items:
         check = None if ":" in item.name else reward_example_check(item.name)
         if check is None:
             continue
         try:
             check(item.params, list(examples))
         except ValueError as err:
-            raise RlvrError(f"rewards.functions[{i}] ({item.name}): {err}") from err
+            raise RlvrError(f"{where}: {err}") from err
 
 
 def training_pool(cfg: RewardsConfig) -> RewardPool:

@@ -2,11 +2,14 @@
 
 A :class:`Trajectory` is a ledger of token ids. Its prompt is the first, shared part of the ledger
 (kept apart because the G trajectories of a group share it, and the learner encodes it once);
-after it come the response *segments*, each either ``sampled`` by the policy (with the sampling
-logprob of every token) or ``context`` (tokens the policy did not choose: an environment's or a
-tool's answer, a chat template's turn markers). Only sampled tokens are trained on: the loss mask
-is derived from the segments, never stored beside them, so the two cannot disagree. A
-single-turn completion is the one-segment case.
+after it come the response *segments*, each ``sampled`` by the policy (with the sampling
+logprob of every token), ``given`` (trained on but not sampled: a demonstration's assistant turns,
+an expert solution mixed into a group; no sampling logprob) or ``context`` (tokens the policy did
+not choose and is not trained on: an environment's or a tool's answer, a chat template's turn
+markers, a conversation's user turns). Sampled and given tokens are trained on: the loss mask is
+derived from the segments, never stored beside them, so the two cannot disagree. A single-turn
+completion is the one-segment case; an SFT example is a trajectory whose trained segments are all
+given (docs/stages.md).
 
 A :class:`TrajectoryGroup` is the G trajectories of one prompt, scored; the learner's advantages
 are computed within groups.
@@ -30,24 +33,28 @@ from rlvr.errors import RlvrError
 from rlvr.rollout.base import Completion
 from rlvr.safe_parse import loads_json
 
-SAMPLED, CONTEXT = "sampled", "context"
+SAMPLED, GIVEN, CONTEXT = "sampled", "given", "context"
+TRAINED = (SAMPLED, GIVEN)  # the kinds the loss mask covers
 
 
 @dataclass
 class Segment:
-    """A run of response tokens of one origin: ``sampled`` (with logprobs) or ``context`` (without)."""
+    """A run of response tokens of one origin: ``sampled`` (with logprobs), ``given`` or ``context``
+    (both without)."""
 
     kind: str
     token_ids: list[int]
     logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in (SAMPLED, CONTEXT):
-            raise ValueError(f"segment kind must be {SAMPLED!r} or {CONTEXT!r}, not {self.kind!r}")
+        if self.kind not in (SAMPLED, GIVEN, CONTEXT):
+            raise ValueError(
+                f"segment kind must be {SAMPLED!r}, {GIVEN!r} or {CONTEXT!r}, not {self.kind!r}"
+            )
         if self.kind == SAMPLED and (self.logprobs is None or len(self.logprobs) != len(self.token_ids)):
             raise ValueError("a sampled segment needs one sampling logprob per token")
-        if self.kind == CONTEXT and self.logprobs is not None:
-            raise ValueError("a context segment has no sampling logprobs")
+        if self.kind != SAMPLED and self.logprobs is not None:
+            raise ValueError(f"a {self.kind} segment has no sampling logprobs")
 
 
 @dataclass
@@ -98,8 +105,18 @@ class Trajectory:
 
     @property
     def loss_mask(self) -> list[float]:
-        """1.0 on sampled tokens (trained on), 0.0 on context tokens, per response token."""
-        return [1.0 if s.kind == SAMPLED else 0.0 for s in self.segments for _ in s.token_ids]
+        """1.0 on sampled and given tokens (trained on), 0.0 on context tokens, per response token."""
+        return [1.0 if s.kind in TRAINED else 0.0 for s in self.segments for _ in s.token_ids]
+
+    @property
+    def given_mask(self) -> list[float]:
+        """1.0 on given tokens (trained on, not sampled by the policy: no sampling logprob)."""
+        return [1.0 if s.kind == GIVEN else 0.0 for s in self.segments for _ in s.token_ids]
+
+    @property
+    def is_given(self) -> bool:
+        """Whether any trained token was given rather than sampled (a demonstration)."""
+        return any(s.kind == GIVEN for s in self.segments)
 
     @property
     def sampling_logprobs(self) -> list[float]:
@@ -115,9 +132,13 @@ class Trajectory:
     def num_sampled(self) -> int:
         return sum(len(s.token_ids) for s in self.segments if s.kind == SAMPLED)
 
+    @property
+    def num_trained(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.kind in TRAINED)
+
     def __len__(self) -> int:
-        """The number of tokens the policy sampled (what a completion's length means)."""
-        return self.num_sampled
+        """The number of trained tokens (sampled or given): what a completion's length means."""
+        return self.num_trained
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 from rlvr.data import Example
 from rlvr.eval.evaluate import CORRECT_AT
 from rlvr.eval.groups import group_of
-from rlvr.trajectory import SAMPLED, Trajectory, TrajectoryGroup
+from rlvr.trajectory import TRAINED, Trajectory, TrajectoryGroup
 
 
 def reward_metrics(groups: list[TrajectoryGroup], correctness: str) -> dict[str, float]:
@@ -34,7 +34,7 @@ def conversation(t: Trajectory, decode: Callable[[list[int]], str]) -> list[dict
     """A multi-turn trajectory's response as it was played: each segment's text, token count and
     whether it was trained on (the model's turns) or only attended to (the environment's)."""
     return [
-        {"trained": s.kind == SAMPLED, "tokens": len(s.token_ids), "text": decode(s.token_ids)}
+        {"trained": s.kind in TRAINED, "tokens": len(s.token_ids), "text": decode(s.token_ids)}
         for s in t.segments
     ]
 

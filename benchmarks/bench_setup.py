@@ -48,7 +48,7 @@ def grpo_step(p: int, g: int, t: int) -> GrpoStep:
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
     from rlvr.rollout import HFEngine, SamplingParams
-    from rlvr.train.optim import build_optimizer, build_scheduler
+    from rlvr.train.learn.optim import build_optimizer, build_scheduler
 
     overrides = ["data.few_shot=[]", f"algo.micro_batch_size={p * g}", "optim.warmup_steps=0"]
     cfg = api.load_config(RECIPE, overrides)

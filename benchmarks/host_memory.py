@@ -30,8 +30,8 @@ def child(shape: str, steps: int, threads: int) -> None:
     from bench_setup import grpo_step
 
     from rlvr.runtime import keep_freed_memory
-    from rlvr.train.batch import build_batch
-    from rlvr.train.update import policy_update
+    from rlvr.train.learn.batch import build_batch
+    from rlvr.train.learn.update import policy_update
 
     torch.set_num_threads(threads)
     p, g, t = (int(x) for x in shape.split("x"))

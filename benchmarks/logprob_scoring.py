@@ -5,7 +5,7 @@
 
 Both sides run rlvr's shared-prefix forward (``completion_logprobs``) on the same batch of random
 completion tokens, then backward a weighted sum of the logprobs, with the entropy computed as the
-trainer does; only the scoring of the logits differs: ``rlvr.train.token_logprobs.token_logprobs``
+trainer does; only the scoring of the logits differs: ``rlvr.train.learn.token_logprobs.token_logprobs``
 on the first token's and the other tokens' logits apart, vs a full log-softmax of the concatenated
 [B, T, V] logits (``plain_scoring=True``). Prints median seconds and the ratio. Run it on an idle
 machine.
@@ -24,8 +24,8 @@ from bench_setup import bench_args  # noqa: E402
 
 from rlvr.models import load_model  # noqa: E402
 from rlvr.rollout import Completion  # noqa: E402
-from rlvr.train.batch import build_batch  # noqa: E402
-from rlvr.train.logprobs import completion_logprobs  # noqa: E402
+from rlvr.train.learn.batch import build_batch  # noqa: E402
+from rlvr.train.learn.logprobs import completion_logprobs  # noqa: E402
 
 
 def plain_scoring(model, batch, temperature=1.0, with_entropy=False):  # noqa: ANN001, ANN201

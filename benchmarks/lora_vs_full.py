@@ -33,9 +33,9 @@ def child(shape: str, rank: int, steps: int, threads: int) -> None:
     from rlvr.config.schema import LoraConfig
     from rlvr.models.lora import apply_lora, trainable_parameters
     from rlvr.rollout import HFEngine
-    from rlvr.train.batch import build_batch
-    from rlvr.train.optim import build_optimizer, build_scheduler
-    from rlvr.train.update import policy_update
+    from rlvr.train.learn.batch import build_batch
+    from rlvr.train.learn.optim import build_optimizer, build_scheduler
+    from rlvr.train.learn.update import policy_update
 
     torch.set_num_threads(threads)
     p, g, t = (int(x) for x in shape.split("x"))

@@ -24,8 +24,8 @@ from bench_setup import bench_args, grpo_step
 
 from rlvr.models.fused_decode import FusedLlamaDecoder
 from rlvr.rollout import HFEngine
-from rlvr.train.batch import build_batch
-from rlvr.train.update import policy_update
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.update import policy_update
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ import torch
 from bench_setup import bench_args, grpo_step
 
 from rlvr.models.attention import NAME
-from rlvr.train.batch import build_batch
-from rlvr.train.update import policy_update
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.update import policy_update
 
 SETTINGS = {"sdpa": "repeat K/V (transformers)", NAME: "enable_gqa (rlvr default)"}
 

@@ -110,7 +110,7 @@ def run_rlvr(spec: dict, workdir: str) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from rlvr.config import load_config
-    from rlvr.train.orchestrator import Orchestrator
+    from rlvr.train.loop.orchestrator import Orchestrator
 
     cfg = load_config(None, rlvr_overrides(spec, workdir))
     t0 = time.perf_counter()

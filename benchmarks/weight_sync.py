@@ -42,8 +42,8 @@ def main() -> None:
     from rlvr.models import load_model, load_tokenizer
     from rlvr.rollout.from_config import build_engine
     from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.train.async_collect import CopySync
-    from rlvr.train.weight_sync import InProcessSync
+    from rlvr.train.loop.async_collect import CopySync
+    from rlvr.train.loop.weight_sync import InProcessSync
 
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer("smollm2-135m-instruct")

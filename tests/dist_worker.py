@@ -26,10 +26,10 @@ from tiny import TINY_RUN  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.models import load_model  # noqa: E402
-from rlvr.train.distributed import Solo, start_ranks  # noqa: E402
-from rlvr.train.fsdp import full, shard_policy  # noqa: E402
-from rlvr.train.learner import Learner  # noqa: E402
-from rlvr.train.shard import distribute_learner  # noqa: E402
+from rlvr.train.learn.learner import Learner  # noqa: E402
+from rlvr.train.scale.distributed import Solo, start_ranks  # noqa: E402
+from rlvr.train.scale.fsdp import full, shard_policy  # noqa: E402
+from rlvr.train.scale.shard import distribute_learner  # noqa: E402
 from rlvr.trajectory import Segment, Trajectory, TrajectoryGroup  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
 def count_nograd_rows(learner: Learner) -> dict[str, int]:
     """Counters, filled as the learner runs, of the completion rows its no-gradient forward passes
     see: ``ref`` the reference model's, ``policy`` the policy's (old logprobs, a value head's
-    values). A pass of :func:`rlvr.train.logprobs.completion_logprobs` is a prompt forward (with
+    values). A pass of :func:`rlvr.train.learn.logprobs.completion_logprobs` is a prompt forward (with
     ``logits_to_keep``, not counted) and a forward of the completions (counted)."""
     rows = {"ref": 0, "policy": 0}
 
@@ -114,7 +114,7 @@ def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001
 
 def save_master_weights(cfg, path: Path, ranks) -> None:  # noqa: ANN001
     """Train ``cfg`` (a new run); rank 0 saves the learner's weights after it, by name."""
-    from rlvr.train.orchestrator import Orchestrator
+    from rlvr.train.loop.orchestrator import Orchestrator
 
     run = Orchestrator(cfg, quiet=True)
     try:

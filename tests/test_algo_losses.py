@@ -127,7 +127,7 @@ def test_wrapper_typo_in_inner_params_is_an_error() -> None:
         loss("forking_tokens", *args, entropy=torch.ones(1, 2), inner="nope")
 
 
-# The trainer's loss context (src/rlvr/train/update.py) plus what the not-yet-wired losses name.
+# The trainer's loss context (src/rlvr/train/learn/update.py) plus what the not-yet-wired losses name.
 def _context(B: int, T: int) -> dict:
     return {
         "clip_low": 0.2,

@@ -17,7 +17,7 @@ import torch
 from tiny import TINY_RUN
 
 from rlvr.log import read_jsonl
-from rlvr.train import checkpoint as ckpt
+from rlvr.train.loop import checkpoint as ckpt
 
 TESTS = str(Path(__file__).parent)
 
@@ -80,7 +80,7 @@ def test_failed_checkpoint_keeps_the_previous_one_and_leaves_nothing(
 
 PATCHED_CLI = """
 import errno, os, shutil, sys
-from rlvr.train import checkpoint as ckpt
+from rlvr.train.loop import checkpoint as ckpt
 
 calls = []
 failure = sys.argv.pop(1)

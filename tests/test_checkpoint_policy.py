@@ -18,8 +18,8 @@ from tiny import TINY_RUN
 from rlvr import api
 from rlvr.errors import RlvrError
 from rlvr.log import read_jsonl
-from rlvr.train import checkpoint as ckpt
-from rlvr.train.run_dir import replace_run_dir
+from rlvr.train.loop import checkpoint as ckpt
+from rlvr.train.loop.run_dir import replace_run_dir
 
 QUICK = [*TINY_RUN, "data.eval_size=4", "eval.before=false"]
 

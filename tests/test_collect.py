@@ -23,7 +23,7 @@ from rlvr.log import read_jsonl
 from rlvr.models import load_model, load_tokenizer
 from rlvr.rewards import sandbox
 from rlvr.rollout import HFEngine
-from rlvr.train.learner import Learner
+from rlvr.train.learn.learner import Learner
 from rlvr.trajectory import read_trajectory_groups
 
 # Several minibatches and epochs (the learner's shuffling RNG and frozen old logprobs), dynamic

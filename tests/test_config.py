@@ -180,7 +180,7 @@ def test_settings_a_source_would_ignore_are_refused(overrides, needle) -> None:
 
 def test_the_header_says_what_each_source_trains_on() -> None:
     from rlvr.data.from_config import load_datasets
-    from rlvr.train.header import run_header
+    from rlvr.train.loop.header import run_header
 
     small = ["data.train_size=8", "data.eval_size=2"]
     default = load_config(None, small)
@@ -233,7 +233,7 @@ def test_disagreeing_dependent_settings_are_refused_naming_both_keys(overrides, 
 
 
 def test_passk_needs_k_completions_per_group() -> None:
-    from rlvr.train.estimate import check_algorithm
+    from rlvr.train.learn.estimate import check_algorithm
 
     check_algorithm(load_config("passk", ["rollout.group_size=4"]))  # k=4 of 4: fine
     with pytest.raises(RlvrError, match=r"algo.advantage_params.k=4 exceeds rollout.group_size=2"):

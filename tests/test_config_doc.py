@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from rlvr.config import RunConfig
+from rlvr.config import RunConfig, validate
 from rlvr.config.outer import VLLMConfig
 from rlvr.config.schema import ModelConfig
 
@@ -45,4 +45,6 @@ def test_config_show_doc_prints_descriptions_beside_values_as_loadable_yaml(tmp_
     documented = show("--doc")
     assert "  device: cuda:1  # Torch device for the policy: cpu, cuda, cuda:1, …" in documented.splitlines()
     assert "  # Reward components, summed with their weights." in documented  # above a block value
-    assert yaml.safe_load(documented) == yaml.safe_load(show())  # still the config, comments aside
+    # still the config, comments aside (--doc also lists the stage sections a plain show leaves out)
+    assert validate(yaml.safe_load(documented)) == validate(yaml.safe_load(show()))
+    assert "sft:" in documented and "sft:" not in show()

@@ -16,7 +16,7 @@ from rlvr.config import load_config
 from rlvr.data import ANSWER_TAG_INSTRUCTION
 from rlvr.data.from_config import load_datasets
 from rlvr.errors import RlvrError
-from rlvr.train.header import run_header
+from rlvr.train.loop.header import run_header
 
 
 def word_problems(n: int, start: int = 0) -> list[dict[str, Any]]:

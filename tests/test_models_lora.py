@@ -44,7 +44,7 @@ def test_lora_trains_adapters_only_and_saves_adapter_and_merged_model(tmp_path):
 
 
 def test_only_adapter_parameters_are_in_the_optimizer(tmp_path):
-    from rlvr.train.learner import Learner
+    from rlvr.train.learn.learner import Learner
 
     cfg = _cfg(tmp_path)
     policy = apply_lora(load_model("tiny-random"), cfg.model.lora)

@@ -41,8 +41,8 @@ def test_greedy_generation_answers_and_stops_at_eos(smollm) -> None:
 
 def test_sampled_logprobs_match_the_trainers(smollm) -> None:
     """Token in, token out: the engine's sampling logprobs equal the trainer's recomputation."""
-    from rlvr.train.batch import build_batch
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.learn.batch import build_batch
+    from rlvr.train.learn.logprobs import completion_logprobs
 
     model, tokenizer = smollm
     engine = HFEngine(model, tokenizer, seed=3)

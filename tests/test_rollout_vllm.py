@@ -85,7 +85,7 @@ def test_config_takes_lora_with_vllm_up_to_vllms_largest_rank() -> None:
 
 def test_config_takes_one_gpu_id_from_the_command_line_and_torchrun_refuses_a_shared_url() -> None:
     from rlvr.config import load_config
-    from rlvr.train.distributed import check_distributed
+    from rlvr.train.scale.distributed import check_distributed
 
     assert load_config(None, ["rollout.vllm.gpus=1"]).rollout.vllm.gpus == "1"
     assert load_config(None, ["rollout.vllm.gpus='0,1'"]).rollout.vllm.gpus == "0,1"
@@ -172,8 +172,8 @@ def long_prompt(policy) -> list[int]:
 
 def _trainer_logprobs(model, groups, pad_id: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(engine logprobs, trainer logprobs) of every sampled token, flat."""
-    from rlvr.train.batch import build_batch
-    from rlvr.train.logprobs import completion_logprobs
+    from rlvr.train.learn.batch import build_batch
+    from rlvr.train.learn.logprobs import completion_logprobs
 
     batch = build_batch(groups, [0.0] * sum(len(g) for g in groups), pad_id)
     with torch.no_grad():

@@ -18,7 +18,7 @@ from rlvr import api
 from rlvr.config import load_config
 from rlvr.log import read_jsonl
 from rlvr.log.progress import StepLines
-from rlvr.train.health import error_kind, run_failure
+from rlvr.train.loop.health import error_kind, run_failure
 
 TESTS = Path(__file__).parent
 RLVR = [sys.executable, "-m", "rlvr.cli"]

@@ -15,8 +15,8 @@ from rlvr import api
 from rlvr.config import load_config
 from rlvr.log import read_jsonl
 from rlvr.models import load_model
-from rlvr.train.async_collect import AsyncCollector
-from rlvr.train.learner import Learner
+from rlvr.train.learn.learner import Learner
+from rlvr.train.loop.async_collect import AsyncCollector
 
 COMMON = [*TINY_RUN, "train.steps=4", "optim.lr=1e-3", "data.eval_size=0", "train.log_samples=-1"]
 

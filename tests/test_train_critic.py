@@ -15,11 +15,11 @@ from rlvr.config import load_config
 from rlvr.log import read_jsonl
 from rlvr.models import ValueHead, load_model
 from rlvr.rollout import Completion
-from rlvr.train.batch import build_batch
-from rlvr.train.critic import Critic, build_critic, value_metrics
-from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.optim import build_optimizer, build_scheduler
-from rlvr.train.update import policy_update
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.critic import Critic, build_critic, value_metrics
+from rlvr.train.learn.logprobs import completion_logprobs
+from rlvr.train.learn.optim import build_optimizer, build_scheduler
+from rlvr.train.learn.update import policy_update
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

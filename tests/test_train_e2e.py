@@ -162,7 +162,7 @@ def test_time_budget_stops_training_and_keeps_the_final_eval(tmp_path) -> None:
 
 
 def test_time_budget_reserves_one_step_the_final_eval_and_the_save() -> None:
-    from rlvr.train.budget import FIRST_SAVE_S, over_budget
+    from rlvr.train.loop.budget import FIRST_SAVE_S, over_budget
 
     assert FIRST_SAVE_S == 10.0
     # 60 s spent of 100: a 5 s step + 20 s eval + the unmeasured first save (10 s) = 35 s fits

@@ -12,8 +12,8 @@ from rlvr.algo import ADVANTAGE_ESTIMATORS, adaptive_length_penalty
 from rlvr.config import load_config
 from rlvr.config.schema import ShapingItem
 from rlvr.errors import RlvrError
-from rlvr.train.controllers import Coefficients
-from rlvr.train.estimate import (
+from rlvr.train.learn.controllers import Coefficients
+from rlvr.train.learn.estimate import (
     check_algorithm,
     estimate_advantages,
     kl_token_rewards,

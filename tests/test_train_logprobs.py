@@ -7,8 +7,8 @@ import torch
 
 from rlvr.models import load_model
 from rlvr.rollout import Completion
-from rlvr.train.batch import build_batch
-from rlvr.train.logprobs import completion_logprobs, completion_logprobs_simple
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_selecting_rows_keeps_only_their_prompts_and_trims_padding() -> None:
 def _update_delta(groups, advantages, loss_scale: float) -> torch.Tensor:
     """Parameter change of one plain-SGD policy_update (lr 1, no clipping) from a fixed start."""
     from rlvr.config.schema import AlgoConfig
-    from rlvr.train.update import policy_update
+    from rlvr.train.learn.update import policy_update
 
     torch.manual_seed(0)
     model = load_model("tiny-random")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlvr.config.schema import OptimConfig
-from rlvr.train.optim import build_optimizer, build_scheduler, lr_factor
+from rlvr.train.learn.optim import build_optimizer, build_scheduler, lr_factor
 
 
 def test_warmup_then_constant() -> None:

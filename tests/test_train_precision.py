@@ -20,9 +20,9 @@ from rlvr.errors import RlvrError
 from rlvr.log import read_jsonl
 from rlvr.models import precision as prec
 from rlvr.models.precision import Precision, resolve_precision
-from rlvr.train.logprobs import completion_logprobs
-from rlvr.train.orchestrator import Orchestrator
-from rlvr.train.update import mismatch_metrics
+from rlvr.train.learn.logprobs import completion_logprobs
+from rlvr.train.learn.update import mismatch_metrics
+from rlvr.train.loop.orchestrator import Orchestrator
 
 TINY = [*TINY_RUN, "name=run", "data.eval_size=0", "eval.before=false", "train.final_checkpoint=none"]
 

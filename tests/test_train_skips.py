@@ -10,7 +10,7 @@ from tiny import TINY_RUN
 
 from rlvr import api
 from rlvr.log import read_jsonl
-from rlvr.train.skips import SkipMonitor, describe_skips, skip_metrics
+from rlvr.train.loop.skips import SkipMonitor, describe_skips, skip_metrics
 
 
 def _groups(*rewards: list) -> list[SimpleNamespace]:

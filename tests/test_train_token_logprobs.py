@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.train import token_logprobs as tl
+from rlvr.train.learn import token_logprobs as tl
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -3,7 +3,7 @@ rewards land on each turn's last token, ``algo.turn_advantage: turn`` gives each
 
 The learner tests build trajectories by hand (the model's turns and the environment's messages as
 segments) and run :meth:`Learner.prepare_batch` on tiny-random, so they check the wiring, not only
-the functions in :mod:`rlvr.train.turns`.
+the functions in :mod:`rlvr.train.learn.turns`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from tiny import TINY_RUN
 from rlvr.config import load_config
 from rlvr.errors import RlvrError
 from rlvr.models import load_model
-from rlvr.train.estimate import check_algorithm
-from rlvr.train.learner import Learner
-from rlvr.train.turns import SampledLayout, turn_end_rewards, turn_returns
+from rlvr.train.learn.estimate import check_algorithm
+from rlvr.train.learn.learner import Learner
+from rlvr.train.learn.turns import SampledLayout, turn_end_rewards, turn_returns
 from rlvr.trajectory import CONTEXT, SAMPLED, Segment, Trajectory, TrajectoryGroup
 
 

@@ -28,9 +28,9 @@ from rlvr.config import RunConfig, load_config
 from rlvr.data.from_config import build_datasets
 from rlvr.log import read_jsonl
 from rlvr.models import load_model
-from rlvr.train.learner import Learner
-from rlvr.train.orchestrator import Orchestrator
-from rlvr.train.update import batch_logprobs
+from rlvr.train.learn.learner import Learner
+from rlvr.train.learn.update import batch_logprobs
+from rlvr.train.loop.orchestrator import Orchestrator
 from rlvr.trajectory import TrajectoryGroup
 
 TINY = [

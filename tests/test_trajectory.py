@@ -10,8 +10,8 @@ import torch
 from rlvr.errors import RlvrError
 from rlvr.models import load_model
 from rlvr.rollout import Completion
-from rlvr.train.batch import build_batch
-from rlvr.train.logprobs import completion_logprobs, completion_logprobs_simple
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
 from rlvr.trajectory import (
     CONTEXT,
     SAMPLED,

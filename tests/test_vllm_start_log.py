@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
-from rlvr.train.run_dir import prepare_run_dir, removed_unless_trained
+from rlvr.train.loop.run_dir import prepare_run_dir, removed_unless_trained
 
 
 def test_the_log_a_failed_start_names_is_kept_with_the_run_directory(tmp_path: Path) -> None:

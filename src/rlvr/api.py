@@ -35,8 +35,8 @@ def resume_config(path: str | None, overrides: list[str] | tuple[str, ...] = ())
     """The config a ``--resume`` continues with: the run's saved ``config.yaml`` (the run named by
     ``path`` and ``overrides``) with the given keys applied, and ``{key: (old, new)}`` of what they
     changed. Keys that may not change mid-run raise :class:`RlvrError` naming them
-    (:mod:`rlvr.train.resume`)."""
-    from rlvr.train.resume import resume_config as _resume_config
+    (:mod:`rlvr.train.loop.resume`)."""
+    from rlvr.train.loop.resume import resume_config as _resume_config
 
     return _resume_config(path, list(overrides))
 
@@ -51,14 +51,14 @@ def train(
     reward_weights: Sequence[float] | None = None,
 ) -> dict:
     """Run a training job; returns {"before": eval metrics, "after": eval metrics, "run": {"steps",
-    "updates", "reward_calls", "reward_errors"}} (``rlvr.train.health.run_failure(results)`` says
+    "updates", "reward_calls", "reward_errors"}} (``rlvr.train.loop.health.run_failure(results)`` says
     whether it failed to train: what makes ``rlvr train`` exit 3).
 
     ``resume`` continues the run ``output_dir/name`` from its last checkpoint; ``cfg`` may differ
     from the run's saved config only in settings that are safe to change mid-run. A finished run
     is left as it is (returns ``{}``); a run without a checkpoint starts over from step 0.
     ``overwrite`` deletes an existing run directory ``output_dir/name`` first (only an rlvr run
-    directory, never through a symbolic link: :func:`rlvr.train.run_dir.replace_run_dir`) and
+    directory, never through a symbolic link: :func:`rlvr.train.loop.run_dir.replace_run_dir`) and
     trains from scratch. With ``cluster.ray`` the trainer ranks run this function as Ray actors
     (docs/scale.md). ``reward_funcs`` (with ``reward_weights``) replace ``rewards.functions``, as
     TRL's ``GRPOTrainer(reward_funcs=...)``: see :func:`with_rewards`.
@@ -67,61 +67,28 @@ def train(
         cfg = with_rewards(cfg, reward_funcs, reward_weights)
     from pathlib import Path
 
-    from rlvr.train.distributed import under_torchrun
-    from rlvr.train.orchestrator import Orchestrator
+    from rlvr.train.loop.run import run_training
+    from rlvr.train.scale.distributed import under_torchrun
 
     console = console or Console(stderr=True)
     if overwrite:
         if resume:
             raise RlvrError("--overwrite deletes the run that --resume would continue: give one of them")
         if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 alone, before the others write
-            from rlvr.train.run_dir import replace_run_dir
+            from rlvr.train.loop.run_dir import replace_run_dir
 
             run_dir = Path(cfg.output_dir) / cfg.name
             if replace_run_dir(run_dir):
                 console.print(f"--overwrite: deleted the earlier run {run_dir}", highlight=False)
-    if cfg.cluster.ray and not under_torchrun():  # the driver: ranks run this function as Ray actors
-        from rlvr.train.ray_launch import train_on_ray
+    if cfg.stages:  # a pipeline: each stage is a run of its own in a sub-directory
+        from rlvr.train.stages.pipeline import run_pipeline
+
+        return run_pipeline(cfg, resume, console, quiet)
+    if cfg.cluster.ray and not under_torchrun():  # the driver: ranks run run_training as Ray actors
+        from rlvr.train.scale.ray_launch import train_on_ray
 
         return train_on_ray(cfg, resume, console, quiet)
-    if resume:
-        from rlvr.train.resume import clear_logs, nothing_to_do, resume_state
-
-        state = resume_state(cfg)
-        done = nothing_to_do(state, cfg)
-        if done:
-            console.print(done, highlight=False)
-            return {}
-        if not state.has_checkpoint:
-            console.print(
-                f"--resume: {state.run} has no checkpoint: starting fresh from step 0 with its "
-                "config.yaml (its old logs are cleared)",
-                highlight=False,
-            )
-            clear_logs(state.run)
-        else:  # a run with model-only checkpoints alone cannot continue: say so before writing anything
-            from rlvr.train.checkpoint import resume_point
-
-            resume_point(state.run / "checkpoints")
-    from rlvr.train.run_dir import removed_unless_trained
-
-    run: Orchestrator | None = None
-    # a new run that fails before its first step leaves no run directory (rlvr.train.run_dir)
-    with removed_unless_trained(cfg, resume, lambda: run is not None and run.step > 0):
-        run = Orchestrator(cfg, resume=resume, console=console, quiet=quiet)
-        try:
-            return run.fit()
-        except KeyboardInterrupt:
-            from rlvr.errors import Stopped
-
-            if run.step == 0 and not resume:
-                message = "interrupted before the first training step; nothing of the run was kept"
-            else:
-                last = run.last_checkpoint or "none yet"
-                message = f"interrupted at step {run.step} (last checkpoint: {last})"
-            raise Stopped(message, exit_code=130) from None
-        finally:
-            run.close()
+    return run_training(cfg, resume=resume, console=console, quiet=quiet)
 
 
 def with_rewards(
@@ -203,7 +170,7 @@ def resolve_run(path: str) -> tuple[str, str | None]:
     (returned as it is)."""
     from pathlib import Path
 
-    from rlvr.train.checkpoint import newest_checkpoint
+    from rlvr.train.loop.checkpoint import newest_checkpoint
 
     given = Path(path)
     if (given / "checkpoints").is_dir() or (given / "metrics.jsonl").is_file():
@@ -244,7 +211,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, cfg.model.dtype, cfg.model.device)
     engine = build_engine(cfg, model, tokenizer)
-    from rlvr.train.checkpoint import describe
+    from rlvr.train.loop.checkpoint import describe
 
     kind = describe(cfg.model.name)  # a run's checkpoint: which one ("model-only, step 70")
     label = f"{cfg.model.name} ({kind})" if kind else cfg.model.name

@@ -63,19 +63,54 @@ def train(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """Train a model (default: GRPO on reasoning-gym chain_sum with the bundled SmolLM2-135M)."""
+    _train(config, overrides, resume, overwrite, quiet)
+
+
+@app.command()
+def sft(
+    config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. sft.path=chats.jsonl")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run from its last checkpoint (as rlvr train).")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Delete an existing run of this name first (as rlvr train).")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+) -> None:
+    """Supervised fine-tuning on chat data (sft.path): rlvr train with stage=sft."""
+    _train(config, overrides, resume, overwrite, quiet, stage="sft")
+
+
+def _train(
+    config: str | None,
+    overrides: list[str] | None,
+    resume: bool,
+    overwrite: bool,
+    quiet: bool,
+    stage: str | None = None,
+) -> None:
+    """``rlvr train``'s body; ``stage`` (a stage's own command) is set as an override."""
     from rlvr import api
 
     path, items = _split_args(config, overrides)
+    if stage is not None:
+        given = [item for item in items if item.split("=", 1)[0].strip() == "stage"]
+        if given and given[-1].split("=", 1)[1].strip() != stage:
+            raise RlvrError(f"rlvr {stage} trains stage={stage}; for {given[-1].strip()} use rlvr train")
+        items = [*items, f"stage={stage}"]
     if resume:  # the run's saved config; only settings safe to change mid-run may be given
         cfg, changes = api.resume_config(path, items)
         if changes:
-            from rlvr.train.resume import describe
+            from rlvr.train.loop.resume import describe
 
             console.print(f"--resume: applied {describe(changes)}", highlight=False)
     else:
         cfg = api.load_config(path, items)
     results = api.train(cfg, resume=resume, console=console, quiet=quiet, overwrite=overwrite)
-    from rlvr.train.health import run_failure
+    from rlvr.train.loop.health import run_failure
 
     failure = run_failure(results)  # no update at all, or most reward calls failed: exit 3
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone reports
@@ -84,7 +119,9 @@ def train(
         return
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
-        if metrics:
+        if metrics and "sft/eval_loss" in metrics:  # a stage's own held-out metric
+            console.print(f"held-out {label:6s}: SFT loss {metrics['sft/eval_loss']:.4f}")
+        if metrics and "eval/accuracy" in metrics:
             extra = (
                 f"answer tags {metrics['eval/answer_tag_rate']:.1%}"
                 if "eval/answer_tag_rate" in metrics

@@ -48,9 +48,7 @@ class Segment:
 
     def __post_init__(self) -> None:
         if self.kind not in (SAMPLED, GIVEN, CONTEXT):
-            raise ValueError(
-                f"segment kind must be {SAMPLED!r}, {GIVEN!r} or {CONTEXT!r}, not {self.kind!r}"
-            )
+            raise ValueError(f"segment kind must be {SAMPLED!r}, {GIVEN!r} or {CONTEXT!r}, not {self.kind!r}")
         if self.kind == SAMPLED and (self.logprobs is None or len(self.logprobs) != len(self.token_ids)):
             raise ValueError("a sampled segment needs one sampling logprob per token")
         if self.kind != SAMPLED and self.logprobs is not None:
@@ -149,6 +147,9 @@ class TrajectoryGroup:
     example_index: int
     trajectories: list[Trajectory]
     baseline_reward: float | None = None
+    # self-distillation: the prompt the teacher scores the sampled tokens under (the example's prompt
+    # with privileged context; rlvr.train.stages.distill.TeacherPrompts); not part of the JSONL
+    teacher_prompt_ids: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.trajectories)

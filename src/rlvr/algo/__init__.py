@@ -11,6 +11,13 @@ from rlvr.algo.advantages import (
     grpo_advantages,
 )
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
+from rlvr.algo.demo_mix import chord_mu, chord_token_weights, luffy_loss, sft_token_loss
+from rlvr.algo.distill import (
+    DIVERGENCES,
+    check_same_vocabulary,
+    opd_token_advantages,
+    vocab_width,
+)
 from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss
 from rlvr.algo.filters import informative_groups, overlong_mask
 from rlvr.algo.gae import gae_advantages_and_returns, value_loss
@@ -19,18 +26,24 @@ from rlvr.algo.kl import KL_ESTIMATORS, adaptive_kl_coef, kl_penalized_rewards
 from rlvr.algo.losses import POLICY_LOSSES, inner_loss, ppo_clip_loss
 from rlvr.algo.lowprob import lowprob_downweight_loss
 from rlvr.algo.passk import passk_advantages
+from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
 from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
+    "DIVERGENCES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "PREFERENCE_LOSSES",
     "REWARD_SHAPERS",
     "adaptive_entropy_coef",
     "adaptive_kl_coef",
     "adaptive_length_penalty",
+    "check_same_vocabulary",
+    "chord_mu",
+    "chord_token_weights",
     "clip_cov_loss",
     "entropy_bonus_loss",
     "forking_tokens_loss",
@@ -44,11 +57,16 @@ __all__ = [
     "kl_cov_loss",
     "kl_penalized_rewards",
     "lowprob_downweight_loss",
+    "luffy_loss",
     "masked_is_loss",
+    "opd_token_advantages",
     "overlong_mask",
     "passk_advantages",
     "ppo_clip_loss",
+    "preference_metrics",
+    "sft_token_loss",
     "tis_loss",
     "token_weights",
     "value_loss",
+    "vocab_width",
 ]

@@ -8,7 +8,7 @@ in the reward pool (errors kept, never read as zeros). Groups with a reward erro
 samples more prompts to replace them. The learner sees only the kept groups; metrics and logs
 see every sampled one.
 
-The collector samples from whatever weights its engine holds; a :mod:`rlvr.train.weight_sync`
+The collector samples from whatever weights its engine holds; a :mod:`rlvr.train.loop.weight_sync`
 moves the learner's weights there and stamps the engine with the learner's version, which every
 trajectory carries. The same object evaluates held-out problems (greedy accuracy, pass@k) with a
 pool of the first reward alone.
@@ -128,7 +128,7 @@ class Collector:
                 env_factory(name)  # an unknown name fails now, naming the registered ones
         self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
         # How sampling work is split: here, all of it; under torchrun each rank samples its slice of
-        # the prompts and every rank gets all groups back (rlvr.train.distributed.Ranks.spread).
+        # the prompts and every rank gets all groups back (rlvr.train.scale.distributed.Ranks.spread).
         self.spread: Callable[[list, Callable[[list], list]], list] = run_here
         self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
 

@@ -11,12 +11,10 @@ shapers) cannot be overridden to a different value in params either.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rlvr.config.schema import AFTER_VALIDATION, RunConfig
 from rlvr.errors import RlvrError
-
-if TYPE_CHECKING:
-    from rlvr.config.schema import RunConfig
 
 
 def setting(cfg: RunConfig, key: str) -> Any:
@@ -78,3 +76,6 @@ def _check_context_params(cfg: RunConfig) -> None:
                 f"rollout.max_new_tokens={limit}; the trainer passes rollout.max_new_tokens itself, so "
                 f"leave {where}.max_new_tokens out"
             )
+
+
+AFTER_VALIDATION.append(resolve_dependent)

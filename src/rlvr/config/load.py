@@ -125,5 +125,22 @@ def _allowed_keys(loc: tuple) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+# the stage sections (rlvr.config.stages) and the stage that reads each; a config.yaml shows a section
+# only when the run reads it or sets it, so an RL run's file does not list every stage's defaults
+_STAGE_SECTIONS = {"sft": ("sft",), "rft": ("rft",), "dpo": ("dpo",), "distill": ("distill",), "mix": ()}
+
+
 def dump_config(config: RunConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML (what ``config show`` prints and a run saves as config.yaml).
+    Stage sections the run neither reads nor changes from their defaults are left out; loading the
+    text gives back the same config."""
+    tree = config.model_dump(mode="json")
+    defaults = RunConfig.model_fields
+    for section, readers in _STAGE_SECTIONS.items():
+        used = config.stage in readers or (section == "mix" and config.mix.demos != "none")
+        default = defaults[section].default_factory().model_dump(mode="json")  # type: ignore[misc]
+        if not used and tree[section] == default:
+            del tree[section]
+    if not tree["stages"]:
+        del tree["stages"]
+    return yaml.safe_dump(tree, sort_keys=False)

@@ -4,17 +4,20 @@ Unknown keys are errors (``extra="forbid"``), so a typo never silently falls bac
 The few defaults that depend on the data source (the default job's chain_sum demonstration and
 rewards, a task's config, per-group eval) are filled by :mod:`rlvr.config.defaults` before the
 values are validated; settings that must agree with others are checked (or followed) by
-:mod:`rlvr.config.dependent` after.
+:mod:`rlvr.config.dependent` after (it installs itself in :data:`AFTER_VALIDATION`, so this
+module never imports it back).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
 from rlvr.config.section import Section
+from rlvr.config.stages import DistillConfig, DpoConfig, MixConfig, RftConfig, SftConfig, StageItem
 
 
 class LoraConfig(Section):
@@ -39,6 +42,11 @@ class ModelConfig(Section):
         "(docs/precision.md).",
     )
     device: str = Field("cpu", description="Torch device for the policy: cpu, cuda, cuda:1, …")
+    reference: str | None = Field(
+        None,
+        description="The KL / DPO reference model when it is not the starting policy: built-in name, "
+        "HF directory, hub id or an rlvr checkpoint. None: the starting policy (model.name).",
+    )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = all cores.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
@@ -433,6 +441,11 @@ class TrainConfig(Section):
     )
 
 
+# Checks run on every validated RunConfig after its own; filled by the modules that define them
+# (rlvr.config.dependent), which import this one.
+AFTER_VALIDATION: list[Callable[[RunConfig], None]] = []
+
+
 class RunConfig(Section):
     name: str = Field(
         "grpo-chain-sum",
@@ -452,6 +465,19 @@ class RunConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    stage: Literal["rl", "sft", "rft", "dpo", "distill"] = Field(
+        "rl", description="What this run trains (docs/stages.md): rl, sft, rft, dpo or distill."
+    )
+    sft: SftConfig = Field(default_factory=SftConfig)
+    rft: RftConfig = Field(default_factory=RftConfig)
+    dpo: DpoConfig = Field(default_factory=DpoConfig)
+    distill: DistillConfig = Field(default_factory=DistillConfig)
+    mix: MixConfig = Field(default_factory=MixConfig)
+    stages: list[StageItem] = Field(
+        default_factory=list,
+        description="A pipeline: stages run in order in one run directory, each from the previous "
+        "stage's weights (docs/stages.md). Empty: this config is one stage.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -491,7 +517,6 @@ class RunConfig(Section):
                 )
         if self.data.source in ("file", "hf") and not self.data.path:
             raise ValueError(f"data.path is required when data.source={self.data.source}")
-        from rlvr.config.dependent import resolve_dependent
-
-        resolve_dependent(self)
+        for check in AFTER_VALIDATION:  # rlvr.config.dependent's, installed by importing rlvr.config
+            check(self)
         return self

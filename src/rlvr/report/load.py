@@ -60,6 +60,7 @@ class Run:
     samples: list[dict[str, Any]] = field(default_factory=list)
     eval_samples: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] | None = None
+    stages: list[tuple[str, int]] = field(default_factory=list)  # a pipeline's (stage, first step)
 
     @property
     def train_rows(self) -> list[dict[str, Any]]:
@@ -126,6 +127,8 @@ def load_run(directory: str | Path) -> Run:
         raise RlvrError(f"{path}: no such run directory")
     if not path.is_dir():
         raise RlvrError(f"{path}: not a directory (give a run directory, e.g. runs/grpo-chain-sum)")
+    if (path / "pipeline.json").is_file():
+        return _load_pipeline(path)
     metrics_path = path / "metrics.jsonl"
     if not metrics_path.is_file():
         raise RlvrError(f"{path}: no metrics.jsonl (not a run directory, or the run has not started)")
@@ -143,6 +146,31 @@ def load_run(directory: str | Path) -> Run:
             raise RlvrError(f"{config}: not valid YAML ({err})") from err
         run.config = loaded if isinstance(loaded, dict) else None
     return run
+
+
+def _load_pipeline(path: Path) -> Run:
+    """A pipeline's stages as one run on one axis: each stage's rows with ``stage`` set and their
+    steps shifted by the steps of the stages before it (``pipeline.json``'s ``start_step``)."""
+    from rlvr.train.stages.pipeline import pipeline_stage_dirs
+
+    stages = pipeline_stage_dirs(path)
+    if not stages:
+        raise RlvrError(f"{path}: a pipeline whose stages have not started yet (no stage metrics.jsonl)")
+    merged = Run(path.name, path, [])
+    for name, kind, directory, start in stages:
+        stage = load_run(directory)
+        merged.stages.append((f"{name} ({kind})", start))
+        for attr in ("metrics", "samples", "eval_samples"):
+            rows = getattr(merged, attr)
+            for row in getattr(stage, attr):
+                step = row.get("step")
+                shifted = step + start if isinstance(step, (int, float)) else step
+                rows.append({**row, "step": shifted, "stage": f"{name} ({kind})"})
+    config = path / "config.yaml"
+    if config.is_file():
+        loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
+        merged.config = loaded if isinstance(loaded, dict) else None
+    return merged
 
 
 def load_runs(directories: list[str | Path]) -> list[Run]:

@@ -81,6 +81,10 @@ def _summary(run: Run) -> str:
     if isinstance(rollout, dict) and rollout.get("prompts_per_step"):
         parts.append(f"{rollout['prompts_per_step']} prompts × {rollout.get('group_size', '?')} completions")
     steps = run.train_rows
+    if run.stages:  # a pipeline: its stages on the one step axis the charts share
+        parts.append("stages " + " → ".join(f"{name} from step {start}" for name, start in run.stages))
+        parts.append(f"{len(steps)} steps logged")
+        return " · ".join(parts)
     planned = train.get("steps") if isinstance(train, dict) else None
     parts.append(f"{len(steps)} steps logged" + (f" of {planned}" if planned is not None else ""))
     return " · ".join(parts)

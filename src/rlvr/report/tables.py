@@ -42,7 +42,8 @@ def _row(label: str, first: Any, last: Any, percent: bool, extra: str = "") -> s
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"{row.get('phase', '?')}, step {row['step']}"
+    stage = f"{row['stage']}: " if row.get("stage") else ""  # a pipeline's stage
+    return f"{stage}{row.get('phase', '?')}, step {row['step']}"
 
 
 def eval_tables(run: Run) -> str:

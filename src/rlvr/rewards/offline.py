@@ -153,7 +153,7 @@ def score_with_config(
                 handle.write("\n")
     summary = summarize(results, texts, examples, time.perf_counter() - start, show)
     summary["weights"] = {item.label or item.name: item.weight for item in cfg.rewards.functions}
-    from rlvr.train.header import describe_rewards
+    from rlvr.rewards.describe import describe_rewards
 
     summary["rewards"] = describe_rewards(cfg.rewards.functions, cfg)
     if out_path is not None:

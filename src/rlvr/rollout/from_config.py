@@ -28,7 +28,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir: Pat
     )
 
 
-# Set by the Ray launcher (rlvr.train.ray_launch) in each trainer rank's process: the URL of the vLLM
+# Set by the Ray launcher (rlvr.train.scale.ray_launch) in each trainer rank's process: the URL of the vLLM
 # server Ray placed beside that rank. An environment variable, not rollout.vllm.url, so that the
 # run's saved config.yaml does not name a server that is gone after the run (a --resume places anew).
 PLACED_SERVER_URL = "RLVR_VLLM_PLACED_URL"

@@ -6,7 +6,7 @@ distribution, as the HF engine and the trainer compute them), with ``finish_reas
 token, kept as the last token), "stop_string" (the token completing a stop string, kept) or
 "length". Nothing is re-tokenized; ``text`` is decoded here for rewards, as the HF engine does.
 
-:class:`VLLMWeightSync` is the :class:`~rlvr.train.weight_sync.WeightSync` for it: after each update
+:class:`VLLMWeightSync` is the :class:`~rlvr.train.loop.weight_sync.WeightSync` for it: after each update
 it sends the learner's named parameters (HF names; vLLM's ``load_weights`` maps them onto its
 fused layers) and the version; the server pauses generation, loads, resets its prefix cache and
 resumes, and stamps every later reply with that version. A model sharded with FSDP2 (its
@@ -221,7 +221,7 @@ class VLLMEngine:
 
 
 class VLLMWeightSync:
-    """:class:`~rlvr.train.weight_sync.WeightSync` into a :class:`VLLMEngine`'s server."""
+    """:class:`~rlvr.train.loop.weight_sync.WeightSync` into a :class:`VLLMEngine`'s server."""
 
     def __init__(self, engine: VLLMEngine) -> None:
         self.engine = engine

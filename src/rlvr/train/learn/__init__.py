@@ -1,0 +1,1 @@
+"""The learner and its update: batches, log-probs, advantages, losses, critic, optimizer."""

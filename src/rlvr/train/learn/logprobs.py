@@ -1,0 +1,103 @@
+"""Per-token logprobs of completion tokens under a model (the trainer's side of the ratio).
+
+Two paths compute the same numbers:
+
+- :func:`completion_logprobs` (the fast one) runs each prompt once, repeats its key/value cache for
+  the group's G completions, and runs only completion tokens (and the prompt's last token) on top.
+  Autograd flows through the repeated cache, so the prompt's activations and gradients are
+  computed once per group instead of G times. Only positions that predict completion tokens go
+  through the LM head, in one product.
+- :func:`completion_logprobs_simple` runs every (prompt + completion) sequence in full and scores
+  it with a plain log-softmax. It is the reference the fast path is tested against.
+
+The fast path scores logits with :func:`rlvr.train.learn.token_logprobs.token_logprobs` (row chunks, one
+exponential per element each way) unless the loss needs the entropy's gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from rlvr.train.learn.batch import TrainBatch
+from rlvr.train.learn.token_logprobs import token_logprobs, token_logprobs_reference
+
+
+def _token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool | str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if with_entropy == "grad":
+        return token_logprobs_reference(logits, targets, temperature, with_entropy)
+    return token_logprobs(logits, targets, temperature, bool(with_entropy))
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    with_hidden: bool = False,
+    plain_scoring: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
+    (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``).
+    ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
+    predict each completion token (a value head's input). ``plain_scoring`` scores the [B, T, V]
+    logits with a full log-softmax, as before the chunked scoring (for benchmarks)."""
+    # Prompts are left-padded, so every prompt's last token is in the last column. The prompt minus
+    # that token runs once per group and its key/value cache is repeated for the group's completions;
+    # the last prompt token then runs with each completion, so that one forward gives the logits of
+    # all T completion tokens and one LM-head product scores them (the last token's work is repeated
+    # G times: one token per completion).
+    index = batch.group_index
+    prompt_mask = batch.prompt_mask
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    cache, past_mask = None, prompt_mask[index, :0]
+    if batch.prompt_ids.shape[1] > 1:
+        cache = DynamicCache()
+        model(
+            input_ids=batch.prompt_ids[:, :-1],
+            attention_mask=prompt_mask[:, :-1],
+            position_ids=positions[:, :-1],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,  # unused: no gradient reaches it
+        )
+        cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
+        past_mask = prompt_mask[index, :-1]
+    width = batch.completion_width
+    out = model(
+        input_ids=torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1),
+        attention_mask=torch.cat(
+            [past_mask, prompt_mask[index, -1:], batch.completion_attention[:, :-1]], dim=1
+        ),
+        position_ids=positions[index, -1:] + torch.arange(width, device=positions.device)[None, :],
+        past_key_values=cache,
+        use_cache=cache is not None,
+        output_hidden_states=with_hidden,
+    )
+    if plain_scoring:
+        result = token_logprobs_reference(out.logits, batch.completion_ids, temperature, with_entropy)
+    else:
+        result = _token_logprobs(out.logits, batch.completion_ids, temperature, with_entropy)
+    return (*result, out.hidden_states[-1]) if with_hidden else result
+
+
+def completion_logprobs_simple(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool | str = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same result as :func:`completion_logprobs`, one full sequence per completion (reference path)."""
+    prompt_ids = batch.prompt_ids[batch.group_index]
+    prompt_mask = batch.prompt_mask[batch.group_index]
+    input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    width = batch.completion_width
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=False,
+        logits_to_keep=width + 1,
+    )
+    return token_logprobs_reference(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)

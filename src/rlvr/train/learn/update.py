@@ -1,0 +1,286 @@
+"""One policy update on a scored rollout batch: epochs × minibatches × micro-batches.
+
+The algorithm enters only through registered functions (loss, KL estimator, aggregation weights);
+nothing here knows which method is running.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights, value_loss
+from rlvr.config.schema import AlgoConfig
+from rlvr.registry import accepted_context
+from rlvr.train.learn.batch import TrainBatch
+from rlvr.train.learn.logprobs import completion_logprobs
+
+if TYPE_CHECKING:
+    from rlvr.models.precision import Precision
+    from rlvr.train.learn.critic import Critic
+    from rlvr.train.scale.shard import Shard
+
+
+def _micro_slices(n: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+@torch.no_grad()
+def batch_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    temperature: float,
+    autocast: AbstractContextManager | None = None,
+) -> torch.Tensor:
+    """Logprobs [B, T] of the whole batch without gradient (old policy or reference), computed
+    under ``autocast`` (the training precision's) when given."""
+    out = torch.zeros_like(batch.sampling_logprobs)
+    with autocast or nullcontext():
+        for rows in _micro_slices(len(batch), micro):
+            sub = batch.select(rows)
+            out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
+    return out
+
+
+def split_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    temperature: float,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    shard: Shard | None = None,
+) -> torch.Tensor:
+    """:func:`batch_logprobs` of the whole batch; under torchrun (a ``shard``) each rank computes
+    its groups' rows and every rank gets them all (:meth:`Shard.split_pass`). ``model`` may be the
+    DDP or FSDP2 module the update trains through: DDP's is unwrapped (its no-gradient forward is
+    local); an FSDP2 module's forward is a collective, so every rank makes the same number of them.
+    The reference model is never wrapped: its passes are local."""
+    if shard is None:
+        return batch_logprobs(model, batch, micro, temperature, autocast())
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
+    collective = isinstance(model, FSDPModule)
+    return shard.split_pass(
+        batch, micro, lambda rows: batch_logprobs(model, rows, micro, temperature, autocast()), collective
+    )
+
+
+def mismatch_metrics(trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the trainer's logprobs [B, T] of the sampled tokens are from the sampler's, before
+    the update: per token (mean and max of |Δ|, and the k3 estimate of KL(sampler ‖ trainer)) and per
+    sequence (the spread of the importance ratio π_trainer / π_sampler over the sequence's tokens).
+    Zero when both compute with the same weights in the same precision; a bf16 sampler against an
+    fp32 trainer is what makes them differ (docs/precision.md)."""
+    mask = mask.to(trainer.dtype)
+    tokens = mask.sum().clamp(min=1)
+    delta = (trainer - sampler) * mask  # log π_trainer − log π_sampler per sampled token
+    seq_log_ratio = delta.sum(dim=1)
+    k3 = (torch.expm1(-delta) + delta) * mask  # E_sampler[r − 1 − log r], r = π_trainer/π_sampler
+    seq_ratio = seq_log_ratio.exp()
+    return {
+        "mismatch/logprob_diff_mean": float(delta.abs().sum() / tokens),
+        "mismatch/logprob_diff_max": float(delta.abs().max()) if delta.numel() else 0.0,
+        "mismatch/kl": float(k3.sum() / tokens),
+        "mismatch/seq_log_ratio_std": float(seq_log_ratio.std()) if len(seq_log_ratio) > 1 else 0.0,
+        "mismatch/seq_ratio_min": float(seq_ratio.min()),
+        "mismatch/seq_ratio_max": float(seq_ratio.max()),
+    }
+
+
+def minibatch_rows(batch: TrainBatch, count: int, generator: torch.Generator | None) -> list[torch.Tensor]:
+    """Split completion rows into ``count`` minibatches of whole groups (shuffled when count > 1).
+
+    Keeping a group together lets its prompt be encoded once per micro-batch.
+    """
+    groups = int(batch.group_index.max()) + 1
+    order = torch.randperm(groups, generator=generator) if count > 1 else torch.arange(groups)
+    rows = []
+    for chunk in order.chunk(min(count, groups)):
+        rows.append(torch.cat([(batch.group_index == g).nonzero().flatten() for g in chunk.tolist()]))
+    return rows
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    batch: TrainBatch,
+    cfg: AlgoConfig,
+    grad_clip: float,
+    temperature: float,
+    max_new_tokens: int,
+    ref_model: torch.nn.Module | None = None,
+    generator: torch.Generator | None = None,
+    critic: Critic | None = None,
+    kl_coef: float | None = None,
+    loss_context: dict[str, Any] | None = None,
+    loss_scale: float = 1.0,
+    precision: Precision | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    shard: Shard | None = None,
+    aux_loss: Callable[[], tuple[torch.Tensor, dict[str, float]]] | None = None,
+    main_weight: float = 1.0,
+) -> dict[str, float]:
+    """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
+
+    ``kl_coef`` overrides ``cfg.kl_coef`` (an adaptive coefficient); KL is a loss term only when it
+    is not in the reward (``cfg.kl_in_reward``). ``loss_context`` is offered to the loss on top of
+    the update's own context (e.g. an adaptive ``entropy_coef``). With a ``critic``, the batch
+    carries ``returns`` and ``old_values`` and ``critic.vf_coef`` × the clipped value loss,
+    aggregated with the policy loss's token weights, is added to the loss. ``loss_scale`` multiplies
+    those weights (``algo.loss_norm=sampled``: the kept share of the sampled batch). With a
+    ``shard`` (torchrun), ``model`` is the DDP/FSDP2 module and this rank trains on its groups of
+    each minibatch, weighted over the whole minibatch (:mod:`rlvr.train.scale.shard`).
+    ``precision`` runs the forward passes under its autocast (mixed precision); ``scaler`` scales
+    the loss and unscales the gradients before clipping (fp16 mixed precision).
+
+    Another objective can share the optimizer steps: ``main_weight`` multiplies the policy loss
+    (with its KL term; not a critic's value loss), and ``aux_loss`` is called once per optimizer
+    step, under the precision's autocast, after the micro-batches; its loss's backward adds to
+    their gradients before clipping and the step, and its stats are returned under their own names
+    (averaged over the steps). A batch's ``given_mask`` (demonstration tokens) is offered to the
+    loss as ``given_mask``; the sampler diagnostics skip those tokens, which have no sampling
+    logprob.
+    """
+    if aux_loss is not None and shard is not None:
+        raise ValueError("policy_update: an aux_loss is not supported under torchrun (a shard) yet")
+    autocast = precision.autocast if precision is not None else nullcontext
+    loss_fn = POLICY_LOSSES.get(cfg.loss)
+    entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
+    kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
+    on_policy = cfg.epochs == 1 and cfg.minibatches == 1
+    # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
+    # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
+    # Under torchrun each rank computes its share of these no-gradient passes (split_logprobs).
+    micro_size = cfg.micro_batch_size
+    old_all = None if on_policy else split_logprobs(model, batch, micro_size, temperature, autocast, shard)
+    kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
+    ref_all = None
+    if kl_coef > 0 and ref_model is not None and not cfg.kl_in_reward:
+        ref_all = split_logprobs(ref_model, batch, micro_size, temperature, autocast, shard)
+    if critic is not None and (batch.returns is None or batch.old_values is None):
+        raise ValueError("a critic's update needs batch.returns and batch.old_values")
+    with_hidden = critic is not None and critic.shares_policy
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    # the trainer's logprobs of the sampled tokens before this update, for the mismatch metrics
+    before = old_all if old_all is not None else torch.zeros_like(batch.sampling_logprobs)
+
+    sums: dict[str, float] = defaultdict(float)
+    aux_sums: dict[str, float] = defaultdict(float)
+    updates = 0
+    for _ in range(cfg.epochs):
+        for rows in minibatch_rows(batch, cfg.minibatches, generator):
+            mini = batch.select(rows)
+            weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens) * loss_scale
+            token_total = mini.completion_mask.sum().clamp(min=1)
+            sampled_total = token_total  # the tokens with a sampling logprob
+            if mini.given_mask is not None:
+                sampled_total = (mini.completion_mask * (1.0 - mini.given_mask)).sum().clamp(min=1)
+            slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
+            if shard is not None:  # this rank's groups, with the whole minibatch's weights
+                mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
+            optimizer.zero_grad(set_to_none=True)
+            if critic is not None:
+                critic.zero_grad()
+            for i, micro_rows in enumerate(slices):
+                if shard is not None:
+                    shard.sync_on_backward(model, last=i == len(slices) - 1 and not padding)
+                micro = mini.select(micro_rows)
+                width, mask = micro.completion_width, micro.completion_mask
+                with autocast():
+                    logprobs, entropy, *hidden = completion_logprobs(
+                        model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
+                    )
+                if old_all is None:  # on-policy: one minibatch, one step, so this is before the update
+                    before[rows[micro_rows], :width] = logprobs.detach()
+                old = logprobs.detach() if old_all is None else old_all[rows][micro_rows, :width]
+                context = {
+                    "clip_low": cfg.clip_low,
+                    "clip_high": cfg.clip_high,
+                    "entropy": entropy.detach(),
+                    "entropy_with_grad": entropy,
+                    "sampling_logprobs": micro.sampling_logprobs,
+                    "truncated": micro.truncated,
+                    **({} if micro.given_mask is None else {"given_mask": micro.given_mask}),
+                    **(loss_context or {}),
+                }
+                kwargs = accepted_context(loss_fn, context, cfg.loss_params, "algo.loss_params")
+                per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **kwargs)
+                w = weights[micro_rows, :width]
+                loss = (per_token * w).sum()
+                if ref_all is not None:
+                    kl = kl_fn(logprobs, ref_all[rows][micro_rows, :width])
+                    loss = loss + kl_coef * (kl * w).sum()
+                    sums["kl"] += float((kl.detach() * w).sum())
+                if main_weight != 1.0:
+                    loss = main_weight * loss
+                if critic is not None:
+                    with autocast():
+                        values = critic.values(micro, hidden[0] if hidden else None)
+                    v_loss, v_stats = value_loss(
+                        values, micro.old_values, micro.returns, mask, cfg.critic.value_clip
+                    )
+                    v_loss = (v_loss * w).sum()
+                    loss = loss + cfg.critic.vf_coef * v_loss
+                    sums["value_loss"] += float(v_loss.detach())
+                    stats = {**stats, **v_stats}
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                sums["loss"] += float(loss.detach())
+                # Token-weighted diagnostics use the same weights as the loss, so they sum to means.
+                token_share = float(mask.sum() / token_total)
+                n_tok = mask.sum().clamp(min=1)
+                sums["entropy"] += float((entropy.detach() * mask).sum() / n_tok) * token_share
+                sampled = mask if micro.given_mask is None else mask * (1.0 - micro.given_mask)
+                sums["sampler_logprob_diff"] += float(
+                    ((logprobs.detach() - micro.sampling_logprobs).abs() * sampled).sum()
+                    / sampled.sum().clamp(min=1)
+                ) * float(sampled.sum() / sampled_total)
+                for key, value in stats.items():
+                    sums[key] += value * token_share
+            if aux_loss is not None:  # another objective's gradient, in the same step
+                with autocast():
+                    extra, extra_stats = aux_loss()
+                (scaler.scale(extra) if scaler is not None else extra).backward()
+                for key, value in extra_stats.items():
+                    aux_sums[key] += value
+            if shard is not None:
+                with autocast():  # the same passes as the other ranks' (FSDP2 orders its reductions by them)
+                    shard.pad(model, padding, temperature)
+                shard.reduce_grads(params + (list(critic.module().parameters()) if critic else []))
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            sums["lr"] += scheduler.get_last_lr()[0]
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
+                scaler.update()
+                sums["loss_scale_fp16"] += scaler.get_scale()
+            else:
+                optimizer.step()
+            scheduler.step()
+            if critic is not None:
+                for key, value in critic.step(grad_clip).items():
+                    sums[key] += value
+            updates += 1
+    if shard is not None:
+        sums = shard.reduce_sums(sums)
+        if old_all is None:  # each rank filled in the rows it trained on
+            before = sum(shard.ranks.gather_all(before))
+    metrics = {f"update/{key}": value / updates for key, value in sums.items()}
+    metrics.update({key: value / updates for key, value in aux_sums.items()})
+    sampled, keep = batch.completion_mask, slice(None)
+    if batch.given_mask is not None:  # given tokens have no sampling logprob; rows of them none at all
+        sampled = batch.completion_mask * (1.0 - batch.given_mask)
+        keep = sampled.sum(dim=1) > 0
+    if sampled[keep].numel():
+        metrics.update(mismatch_metrics(before[keep], batch.sampling_logprobs[keep], sampled[keep]))
+    return metrics

@@ -1,0 +1,1 @@
+"""The loop: orchestrator, run directory, checkpoints, resume, logs and health checks."""

@@ -1,0 +1,1 @@
+"""Scale-out behind the same loop: torch.distributed (DDP, FSDP2) and Ray placement."""

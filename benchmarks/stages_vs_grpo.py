@@ -111,15 +111,18 @@ def main() -> None:
     p.add_argument("--train-s", type=int, default=300, help="training wall time per arm (equal-time arms)")
     p.add_argument("--steps", type=int, default=30, help="steps of the equal-samples arms (dpo, grpo_steps)")
     p.add_argument("--only", default="", help="comma-separated arms to run (default: all pairs)")
+    p.add_argument("--pairs", default="", help="which arms run side by side, e.g. opd:dpo,grpo:rft_then_grpo")
     p.add_argument("--table", action="store_true", help="print the table of results.jsonl and stop")
+    p.add_argument("--plot", type=Path, help="also draw held-out accuracy per arm and seed to this PNG")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     results = a.out / "results.jsonl"
     if not a.table:
         table = arms(a.train_s, a.out, a.steps)
-        wanted = set(filter(None, a.only.split(","))) or {x for pair in PAIRS for x in pair}
+        pairs = [tuple(p.split(":")) for p in a.pairs.split(",")] if a.pairs else PAIRS
+        wanted = set(filter(None, a.only.split(","))) or {x for pair in pairs for x in pair}
         for seed in a.seeds:
-            for pair in PAIRS:
+            for pair in pairs:
                 todo = [arm for arm in pair if arm in wanted and not (a.out / f"{arm}-s{seed}").exists()]
                 began = time.time()
                 procs = [start(arm, table[arm], seed, a.out, core) for core, arm in enumerate(todo)]
@@ -132,6 +135,8 @@ def main() -> None:
                         f.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)
     rows = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
+    if a.plot:
+        plot(rows, a.plot)
     print("| arm | seed | steps | before | after | change | wall s |\n|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["arm"], r["seed"])):
         if "after" in r:
@@ -141,6 +146,31 @@ def main() -> None:
             )
         else:
             print(f"| {r['arm']} | {r['seed']} | failed (rc {r['rc']}) | | | | {r['wall_s']} |")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Held-out accuracy after each arm (one dot per seed, a bar at their mean), the base model's line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if "after" in r]
+    order = [a for pair in PAIRS for a in pair if any(r["arm"] == a for r in done)]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for i, arm in enumerate(order):
+        values = [100 * r["after"] for r in done if r["arm"] == arm]
+        ax.bar(
+            i, sum(values) / len(values), color="#9ab" if arm in ("grpo", "grpo_steps") else "#d96", width=0.6
+        )
+        ax.plot([i] * len(values), values, "k.", markersize=8)
+    ax.axhline(100 * done[0]["before"], color="gray", linestyle="--", linewidth=1, label="base model")
+    ax.set_xticks(range(len(order)), order, rotation=20, ha="right")
+    ax.set_ylabel("held-out accuracy after, %")
+    ax.set_title("Stages vs GRPO, SmolLM2-135M on chain_sum (n=200; dots: seeds)", fontsize=10)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

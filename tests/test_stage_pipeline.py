@@ -31,9 +31,15 @@ def _timeless(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows]
 
 
-def test_each_stage_starts_from_the_previous_stage_weights(tmp_path) -> None:
-    results = api.train(_cfg(tmp_path), quiet=True)
-    run = tmp_path / "p"
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory) -> tuple:
+    """One finished two-stage pipeline, shared by the tests that only read it."""
+    out = tmp_path_factory.mktemp("pipeline")
+    return out / "p", api.train(_cfg(out), quiet=True)
+
+
+def test_each_stage_starts_from_the_previous_stage_weights(pipeline_run) -> None:
+    run, results = pipeline_run
     manifest = json.loads((run / "pipeline.json").read_text())
     assert [(s["name"], s["status"], s["start_step"], s["steps"]) for s in manifest["stages"]] == [
         ("first", "done", 0, 2),
@@ -53,9 +59,8 @@ def test_each_stage_starts_from_the_previous_stage_weights(tmp_path) -> None:
 
 
 def test_a_pipeline_killed_in_its_second_stage_resumes_there_with_the_same_metrics(
-    tmp_path, monkeypatch
+    pipeline_run, tmp_path, monkeypatch
 ) -> None:
-    api.train(_cfg(tmp_path, "whole"), quiet=True)
     save = Orchestrator.save
 
     def save_then_die(self, model_only: bool = False):
@@ -74,21 +79,20 @@ def test_a_pipeline_killed_in_its_second_stage_resumes_there_with_the_same_metri
     api.train(_cfg(tmp_path, "cut"), resume=True, quiet=True)
     assert (tmp_path / "cut" / "first" / "metrics.jsonl").read_text() == first_metrics  # not rerun
     for stage in ("first", "second"):
-        whole = _timeless(read_jsonl(tmp_path / "whole" / stage / "metrics.jsonl"))
+        whole = _timeless(read_jsonl(pipeline_run[0] / stage / "metrics.jsonl"))  # uninterrupted
         cut = _timeless(read_jsonl(tmp_path / "cut" / stage / "metrics.jsonl"))
         assert cut == whole, stage
 
 
-def test_report_shows_the_stages_on_one_step_axis(tmp_path) -> None:
+def test_report_shows_the_stages_on_one_step_axis(pipeline_run, tmp_path) -> None:
     from rlvr.report.load import load_run
     from rlvr.report.page import write_report
 
-    api.train(_cfg(tmp_path), quiet=True)
-    run = load_run(tmp_path / "p")
+    run = load_run(pipeline_run[0])
     steps = [(r["stage"], r["step"]) for r in run.train_rows]
     assert steps == [("first (rl)", 1), ("first (rl)", 2)] + [("second (rl)", s) for s in (3, 4, 5, 6)]
     assert run.stages == [("first (rl)", 0), ("second (rl)", 2)]
-    page = write_report([tmp_path / "p"]).read_text()
+    page = write_report([pipeline_run[0]], tmp_path / "report.html").read_text()
     assert "first (rl) from step 0 → second (rl) from step 2" in page
 
 
@@ -108,6 +112,7 @@ def test_stage_references_and_bad_stages_are_errors_naming_the_stage(tmp_path) -
         stage_configs(api.load_config(None, [*TINY_RUN, twice]))
 
 
+@pytest.mark.slow  # two more pipelines; --overwrite of one run directory has its fast test
 def test_overwrite_deletes_a_pipeline_run_but_not_foreign_files(tmp_path) -> None:
     api.train(_cfg(tmp_path), quiet=True)
     (tmp_path / "p" / "notes.txt").write_text("mine")

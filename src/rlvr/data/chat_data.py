@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 # the readers of RL data, so SFT data has the same formats, input limits and error wording
-from rlvr.data.file_source import _READERS, SUPPORTED_EXTENSIONS
+from rlvr.data.file_source import _READERS, checked_data_file
 from rlvr.data.hf_source import _open, _pick_split
 from rlvr.errors import RlvrError
 from rlvr.safe_parse import check_depth, loads_json
@@ -61,14 +61,7 @@ class ChatExample:
 def load_chat_file(path: str | Path, columns: ChatColumns = ChatColumns()) -> list[ChatExample]:
     """Every row of a local data file as a :class:`ChatExample` (extension picks the reader)."""
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in _READERS:
-        raise RlvrError(
-            f"{path}: unknown data file extension {path.suffix or '(none)'!r}; "
-            f"supported: {', '.join(SUPPORTED_EXTENSIONS)}."
-        )
-    if not path.is_file():
-        raise RlvrError(f"{path}: data file not found (looked in {path.resolve().parent}).")
+    suffix = checked_data_file(path)
     try:
         return rows_to_chat_examples(_READERS[suffix](path), columns, source=path.name)
     except OSError as error:

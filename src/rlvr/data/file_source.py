@@ -106,6 +106,22 @@ _READERS: dict[str, Callable[[Path], Rows]] = {
 SUPPORTED_EXTENSIONS = tuple(_READERS)
 
 
+def checked_data_file(path: Path) -> str:
+    """``path``'s extension (lower case) when it names an existing data file rlvr reads; else an
+    error naming the file and what is wrong."""
+    suffix = path.suffix.lower()
+    if suffix not in _READERS:
+        raise RlvrError(
+            f"{path}: unknown data file extension {path.suffix or '(none)'!r}; "
+            f"supported: {', '.join(SUPPORTED_EXTENSIONS)}."
+        )
+    if not path.exists():
+        raise RlvrError(f"{path}: data file not found (looked in {path.resolve().parent}).")
+    if not path.is_file():
+        raise RlvrError(f"{path}: not a file.")
+    return suffix
+
+
 def load_file(
     path: str | Path,
     question_key: str = "question",
@@ -128,16 +144,7 @@ def load_file(
     extension, which is also the prefix of default ids (``f"{stem}-{i}"``, 0-based).
     """
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in _READERS:
-        raise RlvrError(
-            f"{path}: unknown data file extension {path.suffix or '(none)'!r}; "
-            f"supported: {', '.join(SUPPORTED_EXTENSIONS)}."
-        )
-    if not path.exists():
-        raise RlvrError(f"{path}: data file not found (looked in {path.resolve().parent}).")
-    if not path.is_file():
-        raise RlvrError(f"{path}: not a file.")
+    suffix = checked_data_file(path)
     mapping = ColumnMapping(
         question_key=question_key,
         answer_key=answer_key,

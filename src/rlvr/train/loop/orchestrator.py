@@ -14,7 +14,6 @@ replicated over ranks is another :meth:`Orchestrator.step` beside this one, not 
 
 from __future__ import annotations
 
-import copy
 import signal
 import threading
 import time
@@ -32,25 +31,21 @@ from rlvr.log import JsonlWriter, note_issues, training_progress, truncate_after
 from rlvr.log.progress import StepLines, eval_line, is_live
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
-from rlvr.models.precision import precision_of
 from rlvr.rewards.scoring import check_reward_examples
-from rlvr.rollout.from_config import build_engine
-from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train.learn.controllers import Coefficients
 from rlvr.train.learn.estimate import check_algorithm
 from rlvr.train.learn.learner import Learner
 from rlvr.train.loop import checkpoint as ckpt
-from rlvr.train.loop.async_collect import AsyncCollector, Batch, CopySync
-from rlvr.train.loop.budget import over_budget
+from rlvr.train.loop.async_collect import AsyncCollector, Batch
+from rlvr.train.loop.budget import over_budget, stop_message
+from rlvr.train.loop.engine_sync import engine_and_sync
 from rlvr.train.loop.header import run_header
 from rlvr.train.loop.health import ErrorEcho, reward_calls
 from rlvr.train.loop.run_dir import prepare_run_dir
 from rlvr.train.loop.sinks import with_sinks
 from rlvr.train.loop.skips import SkipMonitor, kept_in_seen, skip_metrics
-from rlvr.train.loop.weight_sync import InProcessSync
 from rlvr.train.scale.distributed import Discard, check_distributed, rank_device, start_ranks
 from rlvr.train.scale.fsdp import (
-    FullCopySync,
     full_optimizer_state,
     gathered_model,
     load_full_optimizer_state,
@@ -105,26 +100,8 @@ class Orchestrator:
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
         self.pipeline: AsyncCollector | None = None
-        rollout_dtype = precision_of(cfg).rollout_dtype
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
-        self.sync: InProcessSync | CopySync | FullCopySync | VLLMWeightSync
-        if cfg.rollout.engine == "vllm":  # a server with its own copy of the weights, sync or async
-            # (under FSDP2 each rank's own server; a push gathers the parameters one by one)
-            engine = build_engine(cfg, policy, self.tokenizer, log_dir=self.run_dir)
-            self.sync = VLLMWeightSync(engine)
-        elif not self.fsdp and cfg.train.max_staleness is None and rollout_dtype is None:
-            # In one process the engine samples from the learner's own module: syncing copies nothing.
-            engine = build_engine(cfg, policy, self.tokenizer)
-            self.sync = InProcessSync(engine)
-        else:
-            # The engine samples from its own copy: while the learner trains (async_collect.py), while
-            # it trains shards (FSDP2: a full copy), or in another dtype (a bf16 copy of fp32 master
-            # weights, models/precision.py). Each push copies the new weights in, cast to the copy's dtype.
-            sampler = copy.deepcopy(policy).requires_grad_(False)
-            engine = build_engine(
-                cfg, sampler.to(rollout_dtype) if rollout_dtype else sampler, self.tokenizer
-            )
-            self.sync = FullCopySync(engine) if self.fsdp else CopySync(engine)
+        engine, self.sync = engine_and_sync(cfg, policy, self.tokenizer, self.run_dir, self.fsdp)
         # FSDP2: checkpoints gather the master weights from the shards into a plain module, never
         # from what the engine samples (a bf16 copy, or a vLLM server)
         self.frame = unsharded_frame(policy) if self.fsdp else None
@@ -412,20 +389,8 @@ class Orchestrator:
                     )
                 )
                 time_up, budget_up = self.ranks.from_main((time_up, budget_up))  # rank 0's clock decides
-                if time_up:
-                    self.console.print(
-                        f"time limit: stopping after step {self.step} of {cfg.train.steps}, "
-                        f"train.time_limit_s={cfg.train.time_limit_s:g} reached (null: no limit)",
-                        highlight=False,
-                    )
-                    break
-                if budget_up:
-                    self.console.print(
-                        f"time budget: stopping after step {self.step} of {cfg.train.steps} so that the "
-                        f"final eval and checkpoint fit in train.time_budget_s={cfg.train.time_budget_s:g} "
-                        "(null: no budget)",
-                        highlight=False,
-                    )
+                if time_up or budget_up:
+                    self.console.print(stop_message(cfg, self.step, time_up), highlight=False)
                     break
         if cfg.train.final_checkpoint != "none" and self.saved_step != self.step:  # else save_every did
             # auto: a run that reached train.steps is not resumed (the model alone); one stopped

@@ -94,6 +94,10 @@ class Learner:
         from rlvr.train.stages import build_objective
 
         self.objective = build_objective(cfg, self)
+        if cfg.stage == "distill" and cfg.distill.mode == "on_policy":  # the teacher loads now, not mid-step
+            from rlvr.train.stages.distill import teacher_of
+
+            teacher_of(self)
 
     def load_reference(self) -> torch.nn.Module:
         """The frozen reference model: ``model.reference``, or the starting policy (``model.name``)."""

@@ -104,8 +104,8 @@ def load_teacher(cfg: RunConfig, student_tokenizer: Any) -> torch.nn.Module:
     return model.requires_grad_(False)
 
 
-def _teacher_of(learner: Learner) -> torch.nn.Module:
-    """The learner's teacher, loaded on first use and kept on the learner."""
+def teacher_of(learner: Learner) -> torch.nn.Module:
+    """The learner's teacher, loaded once (when the learner is built) and kept on it."""
     teacher = getattr(learner, "distill_teacher", None)
     if teacher is None:
         teacher = load_teacher(learner.cfg, load_tokenizer(learner.cfg.model.name))
@@ -227,7 +227,7 @@ def distill_advantages(
     if d.mode == "self":
         model, scored = learner.train_model, teacher_prompts(batch, groups, learner.pad_id)
     else:
-        model, scored = _teacher_of(learner), batch
+        model, scored = teacher_of(learner), batch
     micro, temperature = cfg.algo.micro_batch_size, cfg.rollout.temperature
     teacher = split_logprobs(
         model, scored, micro, temperature, learner.precision.autocast, learner.shard

@@ -121,3 +121,18 @@ def test_overwrite_deletes_a_pipeline_run_but_not_foreign_files(tmp_path) -> Non
     (tmp_path / "p" / "notes.txt").unlink()
     api.train(_cfg(tmp_path), quiet=True, overwrite=True)
     assert (tmp_path / "p" / "pipeline.json").exists()
+
+
+def test_a_manifest_pointing_outside_the_run_directory_is_refused(tmp_path) -> None:
+    from rlvr.report.load import load_run
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "metrics.jsonl").write_text('{"step": 1, "phase": "train", "reward/mean": 0.5}\n')
+    run = tmp_path / "p"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: p\n")
+    stage = {"name": "a", "stage": "rl", "dir": "../elsewhere", "start_step": 0}
+    (run / "pipeline.json").write_text(json.dumps({"stages": [stage]}))
+    with pytest.raises(RlvrError, match=r"pipeline.json: not a pipeline manifest.*'\.\./elsewhere'"):
+        load_run(run)

@@ -138,14 +138,20 @@ def load_run(directory: str | Path) -> Run:
     for name, attr in (("samples.jsonl", "samples"), ("eval_samples.jsonl", "eval_samples")):
         if (path / name).is_file():
             setattr(run, attr, _check_samples(path / name, read_rows(path / name)))
-    config = path / "config.yaml"
-    if config.is_file():
-        try:
-            loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise RlvrError(f"{config}: not valid YAML ({err})") from err
-        run.config = loaded if isinstance(loaded, dict) else None
+    run.config = _read_config(path)
     return run
+
+
+def _read_config(path: Path) -> dict[str, Any] | None:
+    """A run directory's config.yaml as a mapping (None when absent or not a mapping)."""
+    config = path / "config.yaml"
+    if not config.is_file():
+        return None
+    try:
+        loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise RlvrError(f"{config}: not valid YAML ({err})") from err
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _load_pipeline(path: Path) -> Run:
@@ -166,10 +172,7 @@ def _load_pipeline(path: Path) -> Run:
                 step = row.get("step")
                 shifted = step + start if isinstance(step, (int, float)) else step
                 rows.append({**row, "step": shifted, "stage": f"{name} ({kind})"})
-    config = path / "config.yaml"
-    if config.is_file():
-        loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
-        merged.config = loaded if isinstance(loaded, dict) else None
+    merged.config = _read_config(path)
     return merged
 
 

@@ -25,6 +25,8 @@ from rich.console import Console
 from rlvr.config import RunConfig, dump_config, parse_override, validate
 from rlvr.config.load import _set
 from rlvr.errors import RlvrError
+from rlvr.log import read_jsonl
+from rlvr.safe_parse import loads_json
 
 MANIFEST = "pipeline.json"
 STAGE_REF = "stage:"
@@ -89,13 +91,24 @@ def final_model(stage_dir: Path) -> str:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    """``pipeline.json``, checked: each stage's ``dir`` must be a plain name inside the run directory
+    (a hand-edited or foreign manifest never points the report or a resume elsewhere)."""
     path = run_dir / MANIFEST
     if not path.exists():
         return {"stages": []}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise RlvrError(f"{path}: not readable ({err})") from err
+        manifest = loads_json(path.read_text(encoding="utf-8"), str(path))
+        stages = manifest["stages"]
+        for stage in stages:
+            if (
+                not isinstance(stage["dir"], str)
+                or Path(stage["dir"]).name != stage["dir"]
+                or stage["dir"] in ("", ".", "..")
+            ):
+                raise ValueError(f"stage dir {stage['dir']!r} is not a name inside the run directory")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise RlvrError(f"{path}: not a pipeline manifest rlvr wrote ({err})") from err
+    return manifest
 
 
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -106,17 +119,8 @@ def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 def _steps_done(stage_dir: Path) -> int:
     """The last training step in a stage's metrics.jsonl (its length on the pipeline's axis)."""
-    path = stage_dir / "metrics.jsonl"
-    last = 0
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if row.get("phase", "train") == "train":
-                last = max(last, int(row.get("step", 0)))
-    return last
+    rows = read_jsonl(stage_dir / "metrics.jsonl")
+    return max((int(r.get("step", 0)) for r in rows if r.get("phase", "train") == "train"), default=0)
 
 
 def run_pipeline(cfg: RunConfig, resume: bool, console: Console, quiet: bool) -> dict[str, Any]:

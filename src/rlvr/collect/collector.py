@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -30,7 +30,8 @@ from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.config import RunConfig
 from rlvr.data import Example
-from rlvr.data.sampler import PromptSampler
+from rlvr.data.draw import build_draw
+from rlvr.data.history import PromptHistory
 from rlvr.envs import Environment, make_env
 from rlvr.envs.base import env_factory
 from rlvr.envs.data_params import check_env_examples, env_params, route_env
@@ -96,7 +97,16 @@ class Collector:
         self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
         # the engine computes per-token self-certainty only when a reward takes it
         self.self_certainty = wants_self_certainty(self.pool)
-        self.sampler = PromptSampler(len(self.train_examples), cfg.seed)
+        # which prompts are rolled out (rlvr.data.draw) and what their groups scored (data/history.py)
+        sel = cfg.data.selection
+        self.history = PromptHistory(len(self.train_examples), self.correctness, sel.easy_at, sel.hard_at)
+        self.draw = build_draw(cfg, self.train_examples, self.history)
+        self.replay = None
+        if cfg.data.replay.kind != "none":
+            from rlvr.collect.replay import ReplayBuffer
+
+            self.replay = ReplayBuffer(cfg.data.replay, self.correctness, cfg.seed)
+        self.round = 0  # collect calls so far: the step the history records a group at
         self.tokenizer = tokenizer
         env = cfg.env
         self.limits = EpisodeLimits(
@@ -139,10 +149,18 @@ class Collector:
         return self.engine.generator
 
     def state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state()}
+        """The draw's, the prompt history's and the replay buffer's state (JSON-safe)."""
+        state = {"sampler": self.draw.state(), "history": self.history.state(), "round": self.round}
+        if self.replay is not None:
+            state["replay"] = self.replay.state()
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.sampler = PromptSampler(len(self.train_examples), self.cfg.seed, **state["sampler"])
+        self.draw.load_state(state["sampler"])
+        self.history.load_state(state.get("history", {}))
+        self.round = state.get("round", 0)
+        if self.replay is not None and "replay" in state:
+            self.replay.load_state(state["replay"])
 
     # ----------------------------------------------------------------------------- sampling
     def _params(self) -> SamplingParams:
@@ -237,10 +255,17 @@ class Collector:
         kept: list[TrajectoryGroup] = []
         seen: list[TrajectoryGroup] = []
         rounds = 1 + (a.max_refills if a.refill else 0)
+        self.round += 1
+        counts = {"samples/unscored": 0.0, "groups/partial": 0.0}
         for _ in range(rounds):
-            batch = self.spread(self.sampler.take(want - len(kept) if kept else want), self.sample_groups)
+            batch = self.spread(self.draw.take(want - len(kept) if kept else want), self.sample_groups)
             seen.extend(batch)
-            usable = [g for g in batch if None not in g.rewards]  # errored groups are skipped
+            self.history.record(batch, self.round, [self.train_examples[g.example_index].id for g in batch])
+            self.draw.observe(batch)
+            usable = self._scored_groups(batch, counts)  # unscored members never enter a baseline
+            if self.replay is not None:  # past samples mixed into the new groups, then the new ones kept
+                usable = self.replay.mix(usable, self.engine.policy_version)
+                self.replay.add(batch)
             if a.dynamic_sampling and usable:
                 flat = torch.tensor([x for g in usable for x in g.rewards])
                 index = torch.arange(len(usable)).repeat_interleave(torch.tensor([len(g) for g in usable]))
@@ -252,10 +277,41 @@ class Collector:
         kept = kept[:want] if a.refill else kept
         if greedy_baseline and kept:
             errored = self._add_greedy_baselines(kept)
-            if errored and self.cfg.rewards.on_error == "skip_group":  # no baseline, no advantage
+            if errored and self.cfg.rewards.on_error != "zero":  # no baseline, no advantage
                 kept = [g for g in kept if id(g) not in errored]
-        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept))}
+        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept)), **counts}
+        stats.update(self.draw.metrics())
+        stats.update(self.history.summary())
+        if self.replay is not None:
+            stats.update(self.replay.metrics())
+        if self.cfg.data.sources:
+            from rlvr.data.mixture import source_metrics
+
+            stats.update(source_metrics(seen, kept, self.train_examples, self.correctness))
         return Collection(kept, seen, {**stats, **reward_metrics(seen, self.correctness)})
+
+    def _scored_groups(self, batch: list[TrajectoryGroup], counts: dict[str, float]) -> list[TrajectoryGroup]:
+        """The groups the learner may get, with their scored members only.
+
+        A member without a verdict (a reward error or timeout, an environment without a score) is
+        left out of its group: it never enters the group's baseline as a 0. Under
+        ``rewards.on_error=partial`` a group keeps training on its scored members when at least
+        ``rewards.min_scored`` of them remain (a new, smaller group; the sampled one stays in the
+        logs whole); one with fewer is dropped (and refilled under ``algo.refill``). Under
+        ``skip_group`` any unscored member drops the group; ``zero`` already scored errors 0."""
+        r = self.cfg.rewards
+        least = min(r.min_scored, self.cfg.rollout.group_size)
+        out = []
+        for group in batch:
+            scored = [t for t in group.trajectories if t.reward is not None]
+            unscored = len(group.trajectories) - len(scored)
+            counts["samples/unscored"] += unscored
+            if not unscored:
+                out.append(group)
+            elif r.on_error == "partial" and len(scored) >= least:
+                counts["groups/partial"] += 1
+                out.append(replace(group, trajectories=scored))
+        return out
 
     @property
     def correctness(self) -> str:

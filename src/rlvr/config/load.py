@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rlvr.config.schema import RunConfig
+from rlvr.config.schema import DataConfig, RunConfig
 from rlvr.errors import RlvrError
 from rlvr.safe_parse import load_yaml
 
@@ -143,4 +143,10 @@ def dump_config(config: RunConfig) -> str:
             del tree[section]
     if not tree["stages"]:
         del tree["stages"]
+    data_fields = DataConfig.model_fields
+    for section in ("selection", "curriculum", "replay", "sources"):  # off unless set (docs/data.md)
+        default = data_fields[section].default_factory()  # type: ignore[misc]
+        default = default.model_dump(mode="json") if hasattr(default, "model_dump") else default
+        if tree["data"][section] == default:
+            del tree["data"][section]
     return yaml.safe_dump(tree, sort_keys=False)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from rlvr.config.data_plan import CurriculumConfig, ReplayConfig, SelectionConfig, SourceItem
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
 from rlvr.config.section import Section
 from rlvr.config.stages import DistillConfig, DpoConfig, MixConfig, RftConfig, SftConfig, StageItem
@@ -134,6 +135,14 @@ class DataConfig(Section):
         description="Instruction appended to every text question: answer_tag, boxed, none or literal text. "
         "Default: answer_tag for generated tasks; none for files and HF datasets (prompts as written).",
     )
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    sources: list[SourceItem] = Field(
+        default_factory=list,
+        description="A weighted mixture of sources, each scored by its own reward (docs/data.md); when "
+        "set, data.source/task/path are not read.",
+    )
 
 
 class RolloutConfig(Section):
@@ -227,9 +236,16 @@ class RewardsConfig(Section):
     workers: int = Field(0, ge=0, description="Reward worker processes; 0 = number of cores.")
     timeout_s: float = Field(5.0, gt=0, description="Hard wall-clock limit per reward call.")
     batch_deadline_s: float | None = Field(None, gt=0, description="Limit for scoring a whole step's batch.")
-    on_error: Literal["skip_group", "zero"] = Field(
-        "skip_group",
-        description="A group with a reward error is dropped, or the error is scored 0 (and counted).",
+    on_error: Literal["partial", "skip_group", "zero"] = Field(
+        "partial",
+        description="A sample without a verdict (reward error, timeout, missing score): partial = left out "
+        "of its group, which trains on its scored members when rewards.min_scored remain (else it is "
+        "dropped); skip_group = the group is dropped; zero = scored 0 (every case counted).",
+    )
+    min_scored: int = Field(
+        2,
+        ge=1,
+        description="on_error=partial: fewest scored members a group trains on (capped at rollout.group_size).",
     )
     shaping: list[ShapingItem] = Field(
         default_factory=list,

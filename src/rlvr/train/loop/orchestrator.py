@@ -56,7 +56,7 @@ from rlvr.train.scale.shard import distribute_learner
 from rlvr.train.stages import build_source
 from rlvr.trajectory import group_records
 
-LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "trajectories.jsonl")
+LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "prompt_history.jsonl", "trajectories.jsonl")
 
 
 class Orchestrator:
@@ -269,6 +269,8 @@ class Orchestrator:
         records = getattr(self.source, "sample_records", self.collector.sample_records)
         for record in records(collection.seen, self.step, self.cfg.train.log_samples):
             self.logs["samples.jsonl"].write(record)
+        for row in self.collector.history.take_rows():  # what each rolled-out prompt scored
+            self.logs["prompt_history.jsonl"].write({**row, "step": self.step})
         if self.cfg.train.log_trajectories:
             # every sampled group, kept or not; then the groups a stage's source made from them (RFT's
             # verified members, DPO's pairs), kept: reading kept rows gives what the learner trained on

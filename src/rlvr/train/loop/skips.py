@@ -86,7 +86,8 @@ def _advice(totals: Counter[str], truncation: str = "") -> str:
     reason = max(totals, key=lambda r: totals[r]) if totals else "other"
     advice = {
         "reward_error": "see reward_errors/* in metrics.jsonl and the errors in samples.jsonl; "
-        "rewards.on_error=zero scores them 0 instead",
+        "a group trains on its scored members when rewards.min_scored of them remain "
+        "(rewards.on_error=partial)",
         "group_size_1": "group-relative advantages need rollout.group_size >= 2",
         "no_variance": "the reward does not tell a group's completions apart: the task may be too "
         "hard or too easy for the model, or the reward constant; try a larger rollout.group_size, "

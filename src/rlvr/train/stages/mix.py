@@ -240,7 +240,7 @@ class DemonstrationMembers:
             kept = kept[: count or self.cfg.rollout.prompts_per_step]
         if greedy_baseline and kept:
             errored = c._add_greedy_baselines(kept)
-            if errored and self.cfg.rewards.on_error == "skip_group":
+            if errored and self.cfg.rewards.on_error != "zero":
                 kept = [g for g in kept if id(g) not in errored]
         rejected = [d for d in demos if d.errors or d.rewards.get(c.correctness, 0.0) < CORRECT_AT]
         if rejected and not self._warned:

@@ -74,7 +74,7 @@ class VerifiedSource:
         from rlvr.collect.collector import Collection
 
         c = self.collector
-        sampled = c.spread(c.sampler.take(count or self.cfg.rollout.prompts_per_step), c.sample_groups)
+        sampled = c.spread(c.draw.take(count or self.cfg.rollout.prompts_per_step), c.sample_groups)
         kept: list[TrajectoryGroup] = []
         seen: list[TrajectoryGroup] = []
         accepted_count = cut = 0

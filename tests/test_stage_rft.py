@@ -10,7 +10,6 @@ import pytest
 from tiny import TINY_RUN
 
 from rlvr import api
-from rlvr.collect.collector import run_here
 from rlvr.config import load_config
 from rlvr.data.sampler import PromptSampler
 from rlvr.log import read_jsonl
@@ -53,11 +52,14 @@ class StubCollector:
 
     def __init__(self) -> None:
         self.sampler = PromptSampler(len(ROUND), seed=0)
-        self.spread = run_here
         self.loaded: dict | None = None
+        self.round = 0
 
     def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
         return [TrajectoryGroup(i, [sample(i, *spec) for spec in ROUND[i]]) for i in indices]
+
+    def sample_round(self, count: int) -> list[TrajectoryGroup]:
+        return self.sample_groups(self.sampler.take(count))
 
     def state(self) -> dict:
         return {"sampler": self.sampler.state()}

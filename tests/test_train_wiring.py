@@ -208,6 +208,60 @@ def test_reward_errors_skip_their_group(tmp_path: Path, learner_inputs) -> None:
     assert sum(metrics[s]["groups/kept"] for s in (1, 2)) == len(received)
 
 
+def test_unscored_members_are_left_out_of_their_groups_baseline(tmp_path: Path, learner_inputs) -> None:
+    """The default ``rewards.on_error=partial``: a group trains on its scored members, whose
+    advantages are those of their rewards alone; an unscored member is in no baseline and trains on
+    nothing. Planted: the collector handing the whole group on (the learner refuses its None), the
+    partial group built from every member, or ``min_scored`` ignored."""
+    metrics, groups = _error_run(tmp_path, "partial")
+    _check_error_counts(metrics, groups)
+    partial = 0
+    for _, trajectories, samples in groups:
+        scored = [(t, s) for t, s in zip(trajectories, samples) if not t["errors"]]
+        unscored = [(t, s) for t, s in zip(trajectories, samples) if t["errors"]]
+        assert all(not t["kept"] and s["advantage"] is None for t, s in unscored)
+        if len(scored) < 2:  # fewer than rewards.min_scored: dropped whole
+            assert not any(t["kept"] for t in trajectories)
+            continue
+        assert all(t["kept"] for t, _ in scored)
+        expected = _grpo([t["reward"] for t, _ in scored])
+        assert [s["advantage"] for _, s in scored] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+        partial += bool(unscored)
+    assert partial > 0, "the run must train on a partial group to mean anything"
+    assert sum(metrics[s]["groups/partial"] for s in (1, 2)) == partial
+    received = [g for call in learner_inputs for g in call]
+    assert all(None not in g["rewards"] and not any(g["errors"]) for g in received)
+    assert any(len(g["rewards"]) < 4 for g in received)
+
+
+def test_an_unscored_member_never_flips_a_siblings_advantage(tmp_path: Path) -> None:
+    """A do-nothing sample scored 0.2 beside a 0.4 and two samples without a verdict: left out, the
+    baseline is 0.3 and the 0.2 gets a negative advantage; entered as zeros, the baseline would be
+    0.15 and the 0.2 a positive one (the peer bug class). Through the collector's own filter and the
+    learner's batch. Planted: ``_scored_groups`` keeping unscored members with reward 0."""
+    from rlvr.collect.collector import Collector
+
+    cfg = _cfg(tmp_path)
+    with_verdict, without = [0.2, 0.4], [None, None]
+    out = tmp_path / "c.jsonl"
+    api.collect(cfg, str(out), prompts=1, quiet=True)
+    from rlvr.trajectory import read_trajectory_groups
+
+    (group, _), *_ = read_trajectory_groups(out)
+    for t, r in zip(group.trajectories, [*with_verdict, *without]):
+        t.reward, t.errors = r, ({} if r is not None else {"r": "timeout"})
+    counts = {"samples/unscored": 0.0, "groups/partial": 0.0}
+    collector = Collector.__new__(Collector)  # only its filter: no engine or pool is needed
+    collector.cfg = cfg
+    (kept,) = Collector._scored_groups(collector, [group], counts)
+    assert counts == {"samples/unscored": 2.0, "groups/partial": 1.0}
+    learner = Learner(cfg, load_model("tiny-random"), 0)
+    batch, _ = learner.prepare_batch([kept])
+    advantages = batch.advantages[:, 0] if batch.advantages.dim() == 2 else batch.advantages
+    assert [round(float(a), 4) for a in advantages] == pytest.approx(_grpo(with_verdict), abs=1e-4)
+    assert float(advantages[0]) < 0 < float(advantages[1])
+
+
 def test_reward_errors_scored_zero_are_trained_on_and_still_reported(tmp_path: Path, learner_inputs) -> None:
     """Planted: ``rewards.on_error=zero`` ignored (errored groups dropped), or the error dropped from
     the trajectory once it is scored 0 (uncounted, absent from samples.jsonl)."""

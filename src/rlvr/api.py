@@ -193,7 +193,7 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
     import torch
 
     from rlvr.data.from_config import build_datasets
-    from rlvr.eval.evaluate import evaluate
+    from rlvr.eval.evaluate import evaluate, scaling_plan
     from rlvr.log import eval_progress
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompts, rollout_context
@@ -249,4 +249,5 @@ def evaluate_model(cfg: RunConfig, console: Console | None = None, quiet: bool =
                 on_progress=lambda n: progress.advance(task, n),
                 group_by=cfg.eval.group_by,
                 self_certainty=wants_self_certainty(pool),
+                scaling=scaling_plan(cfg.eval, tokenizer, context),
             )

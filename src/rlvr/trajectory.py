@@ -80,6 +80,9 @@ class Trajectory:
     # the learner's advantage of each response token (0 on context tokens), for samples.jsonl's
     # token view; not part of the JSONL ledger
     token_advantages: list[float] | None = None
+    # a copy of a past sample mixed into a later group (rlvr.collect.replay): its sampling logprobs
+    # and policy_version are the original ones, and the learner weights it by the importance ratio
+    replayed: bool = False
 
     @classmethod
     def from_completion(
@@ -182,17 +185,21 @@ def trajectory_record(t: Trajectory, group: int, kept: bool, **extra: Any) -> di
         "errors": t.errors,
         "turn_rewards": t.turn_rewards,
         "advantage": t.advantage,
+        **({"replayed": True} if t.replayed else {}),
     }
 
 
 def group_records(
-    groups: Sequence[TrajectoryGroup], kept: Sequence[bool], first: int, **extra: Any
+    groups: Sequence[TrajectoryGroup], kept: Sequence[bool | Sequence[bool]], first: int, **extra: Any
 ) -> Iterator[dict]:
-    """The rows of ``groups``, numbered from ``first``; a baseline reward rides on each row of its group."""
+    """The rows of ``groups``, numbered from ``first``; a baseline reward rides on each row of its group.
+    ``kept`` holds one flag per group, or one per trajectory of the group (a group trained on its
+    scored members only)."""
     for offset, (g, keep) in enumerate(zip(groups, kept, strict=True)):
         baseline = {} if g.baseline_reward is None else {"baseline_reward": g.baseline_reward}
-        for t in g.trajectories:
-            yield trajectory_record(t, first + offset, keep, **extra, **baseline)
+        flags = [keep] * len(g.trajectories) if isinstance(keep, bool) else list(keep)
+        for t, flag in zip(g.trajectories, flags, strict=True):
+            yield trajectory_record(t, first + offset, flag, **extra, **baseline)
 
 
 def _trajectory_from_record(row: dict[str, Any]) -> Trajectory:
@@ -209,6 +216,7 @@ def _trajectory_from_record(row: dict[str, Any]) -> Trajectory:
         rewards=dict(row.get("rewards") or {}),
         errors=dict(row.get("errors") or {}),
         turn_rewards=list(row.get("turn_rewards") or []),
+        replayed=bool(row.get("replayed", False)),
     )
 
 

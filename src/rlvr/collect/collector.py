@@ -36,7 +36,7 @@ from rlvr.envs import Environment, make_env
 from rlvr.envs.base import env_factory
 from rlvr.envs.data_params import check_env_examples, env_params, route_env
 from rlvr.errors import RlvrError
-from rlvr.eval.evaluate import evaluate
+from rlvr.eval.evaluate import evaluate, scaling_plan
 from rlvr.log import eval_progress
 from rlvr.models.chat import encode_prompts, rollout_context
 from rlvr.rewards.scoring import eval_pool, score_completions, training_pool, wants_self_certainty
@@ -258,10 +258,8 @@ class Collector:
         self.round += 1
         counts = {"samples/unscored": 0.0, "groups/partial": 0.0}
         for _ in range(rounds):
-            batch = self.spread(self.draw.take(want - len(kept) if kept else want), self.sample_groups)
+            batch = self.sample_round(want - len(kept) if kept else want)
             seen.extend(batch)
-            self.history.record(batch, self.round, [self.train_examples[g.example_index].id for g in batch])
-            self.draw.observe(batch)
             usable = self._scored_groups(batch, counts)  # unscored members never enter a baseline
             if self.replay is not None:  # past samples mixed into the new groups, then the new ones kept
                 usable = self.replay.mix(usable, self.engine.policy_version)
@@ -289,6 +287,14 @@ class Collector:
 
             stats.update(source_metrics(seen, kept, self.train_examples, self.correctness))
         return Collection(kept, seen, {**stats, **reward_metrics(seen, self.correctness)})
+
+    def sample_round(self, count: int) -> list[TrajectoryGroup]:
+        """``count`` prompts from the draw, sampled and scored (spread over the ranks), recorded in
+        the prompt history at step ``self.round`` and shown to the draw."""
+        batch = self.spread(self.draw.take(count), self.sample_groups)
+        self.history.record(batch, self.round, [self.train_examples[g.example_index].id for g in batch])
+        self.draw.observe(batch)
+        return batch
 
     def _scored_groups(self, batch: list[TrajectoryGroup], counts: dict[str, float]) -> list[TrajectoryGroup]:
         """The groups the learner may get, with their scored members only.
@@ -410,6 +416,7 @@ class Collector:
                 group_by=e.group_by,
                 records=records,
                 self_certainty=wants_self_certainty(self.eval_pool),
+                scaling=scaling_plan(e, self.tokenizer, rollout_context(self.cfg, self.engine)[0]),
             )
         self.eval_s = time.perf_counter() - began
         return metrics, records

@@ -125,6 +125,9 @@ def apply_source_defaults(tree: dict[str, Any]) -> dict[str, Any]:
     """
     tree = {key: _plain(value) for key, value in tree.items()}
     data = dict(tree.get("data") or {})
+    if data.get("sources"):  # a weighted mixture: each source its own data and reward
+        tree, defaults = mixture_defaults(tree, data)
+        return _fill(tree, defaults)
     source = infer_source(data)
     _check_applicable(source, data)
     defaults = source_defaults(source, data.get("task"), data)
@@ -138,6 +141,11 @@ def apply_source_defaults(tree: dict[str, Any]) -> dict[str, Any]:
         defaults["rewards"] = {}
     data.setdefault("source", source)
     tree["data"] = data
+    return _fill(tree, defaults)
+
+
+def _fill(tree: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``tree`` with each key of ``defaults`` it leaves out filled, and its default name."""
     for section, values in defaults.items():
         given = dict(tree.get(section) or {})
         for key, value in values.items():
@@ -152,7 +160,9 @@ def default_name(tree: dict[str, Any]) -> str:
     """``<algo.advantage>-<task or data file name>``, e.g. ``grpo-chain-sum``, ``grpo-problems``."""
     data = tree.get("data") or {}
     advantage = (tree.get("algo") or {}).get("advantage", "grpo")
-    if data.get("source") in ("file", "hf"):
+    if data.get("sources"):
+        subject = "mix-" + "-".join(str(item.get("name")) for item in data["sources"][:3])
+    elif data.get("source") in ("file", "hf"):
         path = str(data.get("path") or "data").rstrip("/")
         subject = Path(path).stem or path
     else:
@@ -195,6 +205,112 @@ def _check_applicable(source: str, data: dict[str, Any]) -> None:
             "data.source=env needs data.task, the environment whose generator makes the problems: "
             + ", ".join(ENV_DATASETS.names())
         )
+
+
+# A mixture (data.sources): each source's examples name the reward that scores them (data.sources[i]
+# .reward, else their kind's own below) and the verifier reward routes each there, reasoning-gym's with
+# the answer read wherever the model wrote it, as a run of that task alone; accuracy is reported per
+# source (eval groups by data_source: the source's name).
+SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "file": "math", "hf": "math", "env": "environment"}
+MIXTURE_GROUP_BY = ["data_source"]
+# Keys of `data` that one source reads and a mixture gives each source instead.
+_PER_SOURCE_KEYS = ("path", "task", "task_config", "eval_path", "eval_split")
+
+
+def mixture_defaults(tree: dict[str, Any], data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tree of a run whose data is ``data.sources`` (checked, each source's kind resolved) and the
+    defaults it gets: the routing verifier reward, eval groups by source, no demonstrations."""
+    from rlvr.config.data_plan import check_source_names
+
+    given = data["sources"]
+    plain = [_plain(item) for item in given] if isinstance(given, list) else [given]
+    if not all(isinstance(item, dict) for item in plain):
+        raise RlvrError("data.sources: give a list of sources, each a mapping with at least a name")
+    items = [dict(item) for item in plain]
+    check_source_names([item.get("name") for item in items])
+    for key in _PER_SOURCE_KEYS:
+        if data.get(key):
+            raise RlvrError(
+                f"data.{key} is not read when data.sources is set: give it to the source that needs it "
+                f"(data.sources[i].{key})"
+            )
+    if data.get("source") not in (None, DEFAULT_SOURCE):
+        raise RlvrError(
+            f"data.source={data['source']} is not read when data.sources is set: give each source its "
+            "kind (data.sources[i].source)"
+        )
+    for i, item in enumerate(items):
+        item["source"] = infer_source(item)
+        _check_source(i, item)
+        table = item["source"] in ("file", "hf")
+        if table and item.get("answer_format") is None and "answer_format" not in data:
+            item["answer_format"] = "none"  # a file's prompts as written, as for a run of that file
+    _check_source_rewards(items, tree)
+    data["sources"] = items
+    tree["data"] = data
+    reward_params: dict[str, dict[str, Any]] = {"reasoning_gym": {"extract": "auto"}}
+    for item in items:  # an import path the config names may be routed to (rewards.routing)
+        if item.get("reward") and ":" in item["reward"]:
+            reward_params.setdefault(item["reward"], {})
+    episodes_only = all(item["source"] == "env" for item in items)
+    return tree, {
+        "data": {"task": None, "task_config": {}, "few_shot": []},
+        "rewards": {"functions": [{"name": "verifier", "params": {"reward_params": reward_params}}]},
+        "eval": {"group_by": MIXTURE_GROUP_BY},
+        "rollout": {"max_new_tokens": ENV_MAX_NEW_TOKENS if episodes_only else GENERAL_MAX_NEW_TOKENS},
+    }
+
+
+def _check_source(i: int, item: dict[str, Any]) -> None:
+    """Refuse keys a source of this kind would silently ignore, and a missing task or path."""
+    where, kind = f"data.sources[{i}]", item["source"]
+    if kind in ("reasoning_gym", "env"):
+        if not item.get("task"):
+            raise RlvrError(f"{where}.task: a {kind} source needs its task (source={kind})")
+        for key in ("path", "eval_path", "eval_split"):
+            if item.get(key) is not None:
+                raise RlvrError(
+                    f"{where}.{key} applies to files and HF datasets, not to source={kind}; drop it"
+                )
+    if kind in ("file", "hf"):
+        if not item.get("path"):
+            raise RlvrError(f"{where}.path: a {kind} source needs its data file or dataset (source={kind})")
+        for key in ("task", "task_config"):
+            if item.get(key):
+                raise RlvrError(f"{where}.{key} applies to reasoning-gym tasks and environments; drop it")
+        if "answer_key" in item and item["answer_key"] is None and not item.get("reward"):
+            raise RlvrError(
+                f"{where}.answer_key is null (no reference answers), so its default reward (math against "
+                f"the reference) cannot score it: set {where}.reward"
+            )
+
+
+def _check_source_rewards(items: list[dict[str, Any]], tree: dict[str, Any]) -> None:
+    """Each source's reward exists and can be routed to; the run's rewards route to it."""
+    from rlvr.rewards.registry import get_reward, is_group_reward, list_rewards
+
+    for i, item in enumerate(items):
+        reward = item.get("reward")
+        if reward is None or not isinstance(reward, str) or ":" in reward:  # an import path: the user's
+            continue
+        where = f"data.sources[{i}].reward={reward!r}"
+        if reward not in list_rewards():
+            raise RlvrError(f"{where} is not a registered reward; registered: {', '.join(list_rewards())}")
+        if reward == "verifier" or is_group_reward(get_reward(reward)):
+            raise RlvrError(
+                f"{where}: a source's reward scores each answer alone; 'verifier' and group rewards "
+                "cannot be routed to (name a group reward in rewards.functions)"
+            )
+    functions = (tree.get("rewards") or {}).get("functions")
+    named = [i for i, item in enumerate(items) if item.get("reward")]
+    if functions is not None and named:
+        names = [f.get("name") if isinstance(f, dict) else getattr(f, "name", None) for f in functions]
+        if "verifier" not in names:
+            raise RlvrError(
+                f"data.sources[{named[0]}].reward is read by the verifier reward, which routes each "
+                "example to its source's reward, but rewards.functions has no {name: verifier}: add it, "
+                "or leave rewards.functions out"
+            )
 
 
 def _plain(value: Any) -> Any:

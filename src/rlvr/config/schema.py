@@ -83,6 +83,11 @@ class DataConfig(Section):
         description="Keyword arguments of the task's config; default: the task's own, except for the "
         "default job (chain_sum: two terms of one or two digits).",
     )
+    eval_task_config: dict[str, Any] | None = Field(
+        None,
+        description="reasoning_gym: the task config of the held-out problems alone (e.g. harder chain_sum "
+        "than training starts from: more terms or digits); None: data.task_config.",
+    )
     path: str | None = Field(
         None, description="JSONL/JSON/Parquet/CSV/TSV file (source=file) or dataset dir / hub id (hf)."
     )
@@ -143,6 +148,21 @@ class DataConfig(Section):
         description="A weighted mixture of sources, each scored by its own reward (docs/data.md); when "
         "set, data.source/task/path are not read.",
     )
+
+    @model_validator(mode="after")
+    def _curriculum_and_eval_config(self) -> DataConfig:
+        if self.curriculum.kind != "none" and self.sources:
+            raise ValueError(
+                f"data.curriculum.kind={self.curriculum.kind} with data.sources (a mixture): the mixture "
+                "draws each source by its weight, a curriculum draws by difficulty; use one of them"
+            )
+        if self.eval_task_config is not None and (self.source != "reasoning_gym" or self.sources):
+            what = "data.sources (a mixture)" if self.sources else f"data.source={self.source}"
+            raise ValueError(
+                f"data.eval_task_config applies to one reasoning-gym task, not to {what}; drop "
+                "data.eval_task_config"
+            )
+        return self
 
 
 class RolloutConfig(Section):
@@ -245,7 +265,7 @@ class RewardsConfig(Section):
     min_scored: int = Field(
         2,
         ge=1,
-        description="on_error=partial: fewest scored members a group trains on (capped at rollout.group_size).",
+        description="on_error=partial: fewest scored members a group trains on (at most rollout.group_size).",
     )
     shaping: list[ShapingItem] = Field(
         default_factory=list,
@@ -387,6 +407,82 @@ class EvalConfig(Section):
         "answer_sign, data_source) or metadata.<path>; default: none, except for the default job "
         "(chain_sum: operators, answer_sign).",
     )
+    best_of: list[int] = Field(
+        default_factory=list,
+        description="Test-time scaling over the sampled eval: for each N, best-of-N "
+        "(eval/best_of_<N>/<selector>) and weighted votes (eval/vote_<N>/<weight>) over each problem's first "
+        "N samples (need N <= eval.samples). Empty: none (docs/data.md, Test-time scaling).",
+    )
+    reward_model: str | None = Field(
+        None,
+        description="Sequence-classifier reward model (local dir or hub id) scoring samples for "
+        "select_by / vote_weight reward_model; run on the CPU of the evaluating process.",
+    )
+    select_by: list[Literal["verifier", "reward_model", "logprob"]] = Field(
+        default_factory=lambda: ["verifier", "logprob"],
+        description="How best-of-N picks one sample: verifier (the eval reward's score: an oracle, pass@N "
+        "for a 0/1 grader), reward_model (eval.reward_model's score), logprob (mean token logprob).",
+    )
+    vote_weight: list[Literal["none", "logprob", "reward_model"]] = Field(
+        default_factory=lambda: ["none", "logprob"],
+        validate_default=True,
+        description="Weights of the answer vote: none (1 each: maj@N), logprob (exp of the mean token "
+        "logprob), reward_model (exp of eval.reward_model's score).",
+    )
+    self_verify: bool = Field(
+        False,
+        description="Self-verification: the policy gets its greedy answer back with eval.verify_prompt "
+        "and may revise it (one more greedy generation per problem): eval/self_verify/*.",
+    )
+    verify_prompt: str | None = Field(
+        None,
+        min_length=1,
+        description="The self-verification turn ({question}, {answer} are filled in); None: ask whether "
+        "the answer is correct and for the corrected final answer in <answer> tags.",
+    )
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_fits(cls, ns: list[int], info: ValidationInfo) -> list[int]:
+        if any(n < 1 for n in ns):
+            raise ValueError(f"every N must be at least 1, got {ns}")
+        samples = info.data.get("samples", 0)
+        if ns and max(ns) > samples:
+            raise ValueError(
+                f"N={max(ns)} > eval.samples={samples}: best-of-N and votes take each problem's first N "
+                "samples; set eval.samples to at least the largest N"
+            )
+        return sorted(set(ns))
+
+    @field_validator("reward_model")
+    @classmethod
+    def _reward_model_path(cls, raw: str | None) -> str | None:
+        from pathlib import Path
+
+        if raw is None:
+            return raw
+        path = Path(raw).expanduser()
+        if path.exists() and not (path / "config.json").is_file():
+            raise ValueError(f"{path} has no config.json")
+        if not path.exists() and (raw.startswith((".", "/", "~")) or raw.count("/") > 1):
+            raise ValueError(f"{path} does not exist")
+        return raw
+
+    @field_validator("select_by", "vote_weight", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("vote_weight")
+    @classmethod
+    def _reward_model_given(cls, weights: list[str], info: ValidationInfo) -> list[str]:
+        named = "reward_model" in weights or "reward_model" in info.data.get("select_by", [])
+        if info.data.get("best_of") and named and not info.data.get("reward_model"):
+            raise ValueError(
+                "eval.select_by / eval.vote_weight name reward_model: give eval.reward_model (a reward "
+                "model directory or hub id)"
+            )
+        return weights
 
     @field_validator("group_by")
     @classmethod

@@ -43,6 +43,10 @@ def build_datasets(cfg: DataConfig) -> tuple[list[Example], list[Example]]:
 
 def load_datasets(cfg: DataConfig) -> Datasets:
     """:func:`build_datasets`, with how the rows were read (what the run's header prints)."""
+    if cfg.sources:  # a weighted mixture: each source loaded as here, named and routed to its reward
+        from rlvr.data.mixture import load_mixture
+
+        return load_mixture(cfg)
     data = _load(cfg)
     if cfg.few_shot:
         turns = demonstration_turns(cfg.few_shot, cfg.answer_format)
@@ -61,11 +65,7 @@ def _load(cfg: DataConfig) -> Datasets:
     if cfg.source == "reasoning_gym":
         # Two seeds, two generators: the held-out set never depends on train_size.
         train = load_reasoning_gym(cfg.task, cfg.train_size, cfg.seed, cfg.task_config, **common)
-        held_out = (
-            load_reasoning_gym(cfg.task, generated, cfg.seed + 1_000_003, cfg.task_config, **common)
-            if generated
-            else []
-        )
+        held_out = _held_out_reasoning_gym(cfg, generated, common) if generated else []
         train, _ = drop_overlap(train, held_out)
         if not train:
             raise RlvrError(f"data: every training example of '{cfg.task}' also appears in the eval set")
@@ -99,6 +99,16 @@ def _load(cfg: DataConfig) -> Datasets:
     if held_out is None:
         return _split_rows(cfg, examples, what)
     return _hold_out_source(cfg, examples, held_out, origin)
+
+
+def _held_out_reasoning_gym(cfg: DataConfig, size: int, common: dict) -> list[Example]:
+    """The generated held-out problems, from ``data.eval_task_config`` when set (e.g. harder ones)."""
+    if cfg.eval_task_config is None:
+        return load_reasoning_gym(cfg.task, size, cfg.seed + 1_000_003, cfg.task_config, **common)
+    try:
+        return load_reasoning_gym(cfg.task, size, cfg.seed + 1_000_003, cfg.eval_task_config, **common)
+    except RlvrError as err:
+        raise RlvrError(f"data.eval_task_config: {err}") from err
 
 
 def _split_rows(cfg: DataConfig, examples: LoadedExamples, what: str) -> Datasets:

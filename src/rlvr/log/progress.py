@@ -27,12 +27,14 @@ from rich.text import Text
 
 class IssuesColumn(ProgressColumn):
     """Reward errors and skipped groups so far (this process), shown only when there are any: a run
-    whose rewards fail or whose groups are all filtered out should not look healthy."""
+    whose rewards fail or whose groups are all filtered out should not look healthy. A mixture of
+    sources (data.sources) leads with the last step's accuracy per source."""
 
     def render(self, task: Task) -> Text:
         fields = task.fields
-        text = Text()
+        text = Text(fields.get("sources") or "")  # data.sources: the last step's accuracy per source
         if fields.get("reward_errors"):
+            text.append("  " if text else "")
             text.append(f"reward errors {int(fields['reward_errors'])}", style="bold red")
         if fields.get("skipped_groups"):
             text.append("  " if text else "")
@@ -58,6 +60,18 @@ def note_issues(progress: Progress, task: TaskID, metrics: Mapping[str, float]) 
         "skipped_steps": metrics.get("update/skipped", 0.0),
     }
     progress.update(task, **{k: fields.get(k, 0.0) + v for k, v in step.items()})
+    if per_source := source_accuracy(metrics):
+        progress.update(task, sources=per_source)
+
+
+def source_accuracy(metrics: Mapping[str, float]) -> str:
+    """``acc gsm 40% arith 12%``: a mixture's (data.sources) accuracy per source this step; "" without."""
+    parts = [
+        f"{key[len('source/') : -len('/accuracy')]} {value:.0%}"
+        for key, value in metrics.items()
+        if key.startswith("source/") and key.endswith("/accuracy")
+    ]
+    return "acc " + " ".join(parts) if parts else ""
 
 
 def training_progress(console: Console | None = None, disable: bool = False) -> Progress:
@@ -128,6 +142,8 @@ class StepLines:
         parts = [f"step {step}/{self.total}", f"reward {metrics.get('reward/mean', 0.0):.3f}"]
         if "train/accuracy" in metrics:
             parts.append(f"acc {metrics['train/accuracy']:.2f}")
+        if per_source := source_accuracy(metrics):
+            parts.append(f"({per_source})")
         parts += [
             f"{metrics.get('throughput/tokens_per_s', 0.0):.0f} tok/s",
             f"elapsed {_clock(elapsed)}",

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.errors import RlvrError
+from rlvr.report.history import history_block
 from rlvr.report.load import Run, load_runs
 from rlvr.report.panels import discover, numeric_keys, panel_dicts, series, with_skipped
+from rlvr.report.sources import source_panels, source_table
 from rlvr.report.tables import eval_tables, train_table
 
 MAX_SAMPLES = 4000  # rows per run and file embedded in the page; more are thinned by step
@@ -136,7 +138,7 @@ def _script_json(value: Any) -> str:
 
 def render(runs: list[Run]) -> str:
     """The report page for ``runs``."""
-    panels = discover(runs)
+    panels = source_panels(discover(runs))  # a mixture's per-source keys drawn together
     title = "rlvr report: " + ", ".join(r.name for r in runs)
     data = {
         "title": title,
@@ -150,7 +152,8 @@ def render(runs: list[Run]) -> str:
             f"{escape(run.name)}</h3>"
             f'<p class="muted">{escape(str(run.path))} · {escape(_summary(run))}</p>'
             f"<h4>Held-out evaluation: first vs last</h4>{eval_tables(run)}"
-            f"<h4>Training: first steps vs last</h4>{train_table(run)}</section>"
+            f"<h4>Training: first steps vs last</h4>{train_table(run)}{source_table(run)}"
+            f"{history_block(run.path)}</section>"
         )
     values = {
         "TITLE": escape(title),

@@ -37,6 +37,9 @@ class TrainBatch:
     # [B, T] float, 1 on given tokens (a demonstration in a group: trained on, never sampled, so no
     # sampling logprob); None when no row has any
     given_mask: torch.Tensor | None = None
+    # [B] bool, the row is a replayed past sample (rlvr.collect.replay): its sampling logprobs are an
+    # older policy's, and the update weights it by the importance ratio; None when no row is
+    replayed: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -70,6 +73,7 @@ class TrainBatch:
             returns=per_row(self.returns),
             old_values=per_row(self.old_values),
             given_mask=per_row(self.given_mask),
+            replayed=per_row(self.replayed),
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
@@ -121,4 +125,5 @@ def build_batch(
         advantages=torch.tensor(advantages, dtype=torch.float32),
         truncated=torch.tensor([t.finish_reason == "length" for t in ledgers]),
         given_mask=given_mask,
+        replayed=torch.tensor([t.replayed for t in ledgers]) if any(t.replayed for t in ledgers) else None,
     )

@@ -158,6 +158,7 @@ class Learner:
                 shard=self.shard,
                 aux_loss=aux_loss,
                 main_weight=main_weight,
+                replay_cap=self.cfg.data.replay.cap,
             )
         )
         self.coefs.update(self.cfg.algo, metrics, len(batch))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlvr.algo import KL_ESTIMATORS, POLICY_LOSSES, token_weights, value_loss
+from rlvr.algo.importance import sampler_log_ratio
 from rlvr.config.schema import AlgoConfig
 from rlvr.registry import accepted_context
 from rlvr.train.learn.batch import TrainBatch
@@ -24,6 +25,22 @@ if TYPE_CHECKING:
     from rlvr.models.precision import Precision
     from rlvr.train.learn.critic import Critic
     from rlvr.train.scale.shard import Shard
+
+
+# losses that already weigh or mask every row by π_old/π_sampler from the rows' own sampling logprobs
+# (rlvr.algo.importance): a replayed row is corrected there, not a second time
+SAMPLER_CORRECTED = frozenset({"tis", "masked_is"})
+
+
+def replay_weights(old: torch.Tensor, batch: TrainBatch, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The truncated importance weight ``min(π_old/π_behaviour, cap)`` (detached) on the sampled
+    tokens of a batch's replayed rows, 1 elsewhere; and where it applies (both [B, T]). The
+    behaviour policy is the older one whose sampling logprobs a replayed row kept."""
+    ratio = sampler_log_ratio(old, batch.sampling_logprobs).exp().clamp(max=cap)
+    on = batch.replayed[:, None].expand_as(ratio)
+    if batch.given_mask is not None:
+        on = on & (batch.given_mask == 0)
+    return torch.where(on, ratio, torch.ones_like(ratio)), on
 
 
 def _micro_slices(n: int, size: int) -> list[slice]:
@@ -129,6 +146,7 @@ def policy_update(
     shard: Shard | None = None,
     aux_loss: Callable[[], tuple[torch.Tensor, dict[str, float]]] | None = None,
     main_weight: float = 1.0,
+    replay_cap: float = 2.0,
 ) -> dict[str, float]:
     """Update ``model`` (and ``critic``) on ``batch``; return diagnostics averaged over optimizer steps.
 
@@ -149,7 +167,9 @@ def policy_update(
     their gradients before clipping and the step, and its stats are returned under their own names
     (averaged over the steps). A batch's ``given_mask`` (demonstration tokens) is offered to the
     loss as ``given_mask``; the sampler diagnostics skip those tokens, which have no sampling
-    logprob.
+    logprob. A batch's ``replayed`` rows (past samples, an older policy's) have their per-token
+    loss weighted by :func:`replay_weights` with ``replay_cap`` (unless the loss corrects every
+    row already: :data:`SAMPLER_CORRECTED`); the sampler diagnostics skip them too.
     """
     if aux_loss is not None and shard is not None:
         raise ValueError("policy_update: an aux_loss is not supported under torchrun (a shard) yet")
@@ -185,6 +205,11 @@ def policy_update(
             sampled_total = token_total  # the tokens with a sampling logprob
             if mini.given_mask is not None:
                 sampled_total = (mini.completion_mask * (1.0 - mini.given_mask)).sum().clamp(min=1)
+            if mini.replayed is not None:  # an older policy's logprobs (the diagnostics skip them)
+                fresh = mini.completion_mask * ~mini.replayed[:, None]
+                sampled_total = (
+                    (fresh if mini.given_mask is None else fresh * (1.0 - mini.given_mask)).sum().clamp(min=1)
+                )
             slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
             if shard is not None:  # this rank's groups, with the whole minibatch's weights
                 mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
@@ -215,6 +240,11 @@ def policy_update(
                 }
                 kwargs = accepted_context(loss_fn, context, cfg.loss_params, "algo.loss_params")
                 per_token, stats = loss_fn(logprobs, old, micro.advantages, mask, **kwargs)
+                if micro.replayed is not None and cfg.loss not in SAMPLER_CORRECTED:
+                    replay_w, on = replay_weights(old, micro, replay_cap)
+                    per_token = per_token * replay_w
+                    sums["_replay_w"] += float((replay_w * mask * on).sum())
+                    sums["_replay_n"] += float((mask * on).sum())
                 w = weights[micro_rows, :width]
                 loss = (per_token * w).sum()
                 if ref_all is not None:
@@ -240,6 +270,8 @@ def policy_update(
                 n_tok = mask.sum().clamp(min=1)
                 sums["entropy"] += float((entropy.detach() * mask).sum() / n_tok) * token_share
                 sampled = mask if micro.given_mask is None else mask * (1.0 - micro.given_mask)
+                if micro.replayed is not None:  # an older policy's logprobs: not the engine's mismatch
+                    sampled = sampled * ~micro.replayed[:, None]
                 sums["sampler_logprob_diff"] += float(
                     ((logprobs.detach() - micro.sampling_logprobs).abs() * sampled).sum()
                     / sampled.sum().clamp(min=1)
@@ -275,12 +307,17 @@ def policy_update(
         sums = shard.reduce_sums(sums)
         if old_all is None:  # each rank filled in the rows it trained on
             before = sum(shard.ranks.gather_all(before))
+    replay_w, replay_n = sums.pop("_replay_w", 0.0), sums.pop("_replay_n", 0.0)
     metrics = {f"update/{key}": value / updates for key, value in sums.items()}
+    if replay_n:
+        metrics["update/replay_is_weight_mean"] = replay_w / replay_n
     metrics.update({key: value / updates for key, value in aux_sums.items()})
     sampled, keep = batch.completion_mask, slice(None)
     if batch.given_mask is not None:  # given tokens have no sampling logprob; rows of them none at all
         sampled = batch.completion_mask * (1.0 - batch.given_mask)
         keep = sampled.sum(dim=1) > 0
+    if batch.replayed is not None:  # an older policy sampled these: not the engine's mismatch
+        keep = (sampled.sum(dim=1) > 0) & ~batch.replayed
     if sampled[keep].numel():
         metrics.update(mismatch_metrics(before[keep], batch.sampling_logprobs[keep], sampled[keep]))
     return metrics

@@ -48,9 +48,13 @@ def _mapping(values: dict[str, Any]) -> str:
 def describe_data(cfg: RunConfig, data: Datasets) -> str:
     d = cfg.data
     counts = f"{len(data.train)} training, {len(data.held_out)} held-out"
+    if d.sources:  # a weighted mixture (rlvr.data.mixture)
+        mix = ", ".join(f"{s.name} ×{s.weight:g}" for s in d.sources)
+        return f"mixture of {mix}: {counts} examples" + (f"; {data.reading}" if data.reading else "")
     if d.source == "reasoning_gym":
         config = _mapping(d.task_config) if d.task_config else "(the task's default config)"
-        return f"reasoning-gym {d.task} {config}: {counts} problems"
+        harder = f" (held out from {_mapping(d.eval_task_config)})" if d.eval_task_config else ""
+        return f"reasoning-gym {d.task} {config}: {counts} problems{harder}"
     if d.source == "env":
         return f"environment dataset {d.task} {_mapping(d.task_config)}: {counts} problems"
     where = f"file {d.path}" if d.source == "file" else f"HF dataset {d.path} [{d.split}]"

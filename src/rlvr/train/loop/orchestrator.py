@@ -43,7 +43,7 @@ from rlvr.train.loop.header import run_header
 from rlvr.train.loop.health import ErrorEcho, reward_calls
 from rlvr.train.loop.run_dir import prepare_run_dir
 from rlvr.train.loop.sinks import with_sinks
-from rlvr.train.loop.skips import SkipMonitor, kept_in_seen, skip_metrics
+from rlvr.train.loop.skips import SkipMonitor, kept_in_seen, skip_metrics, trajectory_rows
 from rlvr.train.scale.distributed import Discard, check_distributed, rank_device, start_ranks
 from rlvr.train.scale.fsdp import (
     full_optimizer_state,
@@ -54,7 +54,6 @@ from rlvr.train.scale.fsdp import (
 )
 from rlvr.train.scale.shard import distribute_learner
 from rlvr.train.stages import build_source
-from rlvr.trajectory import group_records
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "prompt_history.jsonl", "trajectories.jsonl")
 
@@ -272,12 +271,7 @@ class Orchestrator:
         for row in self.collector.history.take_rows():  # what each rolled-out prompt scored
             self.logs["prompt_history.jsonl"].write({**row, "step": self.step})
         if self.cfg.train.log_trajectories:
-            # every sampled group, kept or not; then the groups a stage's source made from them (RFT's
-            # verified members, DPO's pairs), kept: reading kept rows gives what the learner trained on
-            seen_ids = {id(g) for g in collection.seen}
-            made = [g for g in collection.kept if id(g) not in seen_ids]
-            flags = [*collection.kept_flags(), *[True] * len(made)]
-            for record in group_records([*collection.seen, *made], flags, 0, step=self.step):
+            for record in trajectory_rows(collection, self.step):
                 self.logs["trajectories.jsonl"].write(record)
         return metrics
 

@@ -18,9 +18,13 @@ they score alike and their groups are skipped: the first step where more than ha
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
+
+from rlvr.trajectory import group_records
 
 REASONS = {
     "reward_error": "with a reward error",
@@ -43,6 +47,23 @@ def kept_in_seen(collection: Any) -> list[Any]:
         return collection.kept
     examples = {g.example_index for g in collection.kept}
     return [g for g in collection.seen if g.example_index in examples]
+
+
+def trajectory_rows(collection: Any, step: int) -> Iterator[dict[str, Any]]:
+    """trajectories.jsonl rows of a step: every sampled trajectory, ``kept`` when the learner trained
+    on it (a group may go with its scored members only, a stage may pick members: RFT's verified
+    ones, DPO's pairs); then, as groups of their own (kept), the trajectories the learner got that
+    were not sampled this step (replayed ones, demonstrations). Reading kept rows gives what the
+    learner trained on, each sample once."""
+    trained = {id(t) for g in collection.kept for t in g.trajectories}
+    sampled = {id(t) for g in collection.seen for t in g.trajectories}
+    flags = [[id(t) in trained for t in g.trajectories] for g in collection.seen]
+    made = []
+    for g in collection.kept:
+        extra = [t for t in g.trajectories if id(t) not in sampled]
+        if extra:
+            made.append(replace(g, trajectories=extra))
+    yield from group_records([*collection.seen, *made], [*flags, *[True] * len(made)], 0, step=step)
 
 
 def skip_metrics(seen: list[Any], kept: list[Any]) -> dict[str, float]:

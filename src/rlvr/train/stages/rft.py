@@ -74,7 +74,8 @@ class VerifiedSource:
         from rlvr.collect.collector import Collection
 
         c = self.collector
-        sampled = c.spread(c.draw.take(count or self.cfg.rollout.prompts_per_step), c.sample_groups)
+        c.round += 1  # the step the prompt history records these groups at
+        sampled = c.sample_round(count or self.cfg.rollout.prompts_per_step)
         kept: list[TrajectoryGroup] = []
         seen: list[TrajectoryGroup] = []
         accepted_count = cut = 0

@@ -6,8 +6,9 @@ training wall time, every arm evaluated on the same held-out problems before and
     .venv/bin/python benchmarks/data_vs_plain.py --pairs plain:greso        # one comparison
     .venv/bin/python benchmarks/data_vs_plain.py --table                    # the table of what ran
 
-1. ``greso`` (selection before rollout, data.selection.kind=greso) vs ``plain`` (dynamic sampling
-   with refill, DAPO-style), on the default job: rollouts saved, steps per minute, accuracy.
+1. ``greso`` (selection before rollout, data.selection.kind=greso; ``greso_reward`` with streaks of
+   equal total rewards, data.selection.signal=reward) vs ``plain`` (dynamic sampling with refill,
+   DAPO-style), on the default job: rollouts saved, steps per minute, accuracy.
 2. ``curriculum`` (schedule over chain_sum's terms and digits, easy → hard) vs ``uniform`` on a wider
    chain_sum range, evaluated on harder problems than the curriculum starts from.
 3. ``replay`` (best past correct sample into groups with none, data.replay.kind=best_correct) vs
@@ -63,6 +64,7 @@ def arms(train_s: int) -> dict[str, list[str]]:
     return {
         "plain": [*PLAIN, limit],
         "greso": [*PLAIN, limit, "data.selection.kind=greso"],
+        "greso_reward": [*PLAIN, limit, "data.selection.kind=greso", "data.selection.signal=reward"],
         "uniform": ["grpo", limit, *wide],
         "curriculum": [
             "grpo",

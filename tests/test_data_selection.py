@@ -267,3 +267,27 @@ def test_a_run_with_greso_logs_selection_and_records_skips_in_the_checkpoint(tmp
     state = json.loads((run / "checkpoints" / "step-000003" / "state.json").read_text())
     assert sum(r["skipped"] for r in state["history"].values()) == skipped
     assert state["sampler"]["selection"]["skipped_total"] == skipped and "inner" in state["sampler"]
+
+
+def test_the_reward_signal_counts_runs_of_equal_total_rewards() -> None:
+    """``signal: reward``: a group of wrong answers whose total rewards differ (partial credit)
+    breaks the streak and is rolled out; one whose rewards are all equal extends it. Planted: the
+    reward signal reading the correctness streaks, or the flat check ignoring the totals."""
+    cfg = SelectionConfig(kind="greso", signal="reward", p_start=0.5, explore=0.01)
+    h = PromptHistory(10, "c")
+    wrong_but_graded = group(1, correct=0)
+    for k, t in enumerate(wrong_but_graded.trajectories):
+        t.reward = 0.1 * k  # all wrong, rewards differ: signal for the learner
+    for step in (1, 2, 3):
+        h.record([group(0, correct=0), wrong_but_graded, group(2, correct=GROUP)], step=step)
+    sel = GresoSelection(cfg, Cycle([0, 1, 2]), h, seed=0, group_size=GROUP)
+    assert h.get(1).hard_streak == 3  # by correctness it is a hard streak of 3 ...
+    assert sel.rollout_probability(1) == 1.0  # ... but its rewards varied: always rolled out
+    assert sel.rollout_probability(0) == pytest.approx(0.5**3)  # flat and wrong: p_hard
+    sel.p_easy = 0.8
+    assert sel.rollout_probability(2) == pytest.approx(0.8**3)  # flat and right: p_easy
+    # the bases react to flat groups: both kinds above target here, both bases drop
+    sel.observe([group(0, correct=0), wrong_but_graded, group(2, correct=GROUP)])
+    assert sel.p_hard == pytest.approx(0.49) and sel.p_easy == pytest.approx(0.79)
+    sel.observe([wrong_but_graded] * 3)  # no flat group: both below target, both bases rise
+    assert sel.p_hard == pytest.approx(0.5) and sel.p_easy == pytest.approx(0.8)

@@ -59,10 +59,11 @@ class Collection:
     seen: list[TrajectoryGroup]
     metrics: dict[str, float]
 
-    def kept_flags(self) -> list[bool]:
-        """For each group of ``seen``, whether it is among ``kept``."""
-        kept_ids = {id(g) for g in self.kept}
-        return [id(g) in kept_ids for g in self.seen]
+    def kept_flags(self) -> list[list[bool]]:
+        """For each trajectory of each group of ``seen``, whether the learner gets it: its group was
+        kept whole, or with its scored members only, or a stage picked it (RFT, DPO)."""
+        trained = {id(t) for g in self.kept for t in g.trajectories}
+        return [[id(t) in trained for t in g.trajectories] for g in self.seen]
 
 
 class Collector:

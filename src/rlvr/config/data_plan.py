@@ -24,6 +24,12 @@ class SelectionConfig(Section):
         "correct (or all wrong) is skipped before rollout with a probability that grows with that streak "
         "(seeds/000:18).",
     )
+    signal: Literal["correctness", "reward"] = Field(
+        "correctness",
+        description="What a streak counts: correctness = groups all correct (easy) or all wrong (hard) by "
+        "the first reward; reward = groups whose total rewards were all equal (what dynamic sampling "
+        "drops), easy when they passed at least half the time.",
+    )
     target_zero_variance: float = Field(
         0.25,
         ge=0.0,

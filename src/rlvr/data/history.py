@@ -70,6 +70,12 @@ class PromptHistory:
             for t in group.trajectories
         ]
 
+    @staticmethod
+    def is_flat(group: TrajectoryGroup) -> bool:
+        """Whether the group's scored rewards are all equal (what dynamic sampling drops)."""
+        scored = [r for r in group.rewards if r is not None]
+        return len(scored) > 1 and max(scored) - min(scored) <= 1e-6
+
     def record(self, groups: list[TrajectoryGroup], step: int, ids: list[str] | None = None) -> None:
         """Add freshly sampled, scored ``groups`` rolled out at ``step``."""
         for n, group in enumerate(groups):
@@ -89,7 +95,7 @@ class PromptHistory:
                 rec.scored += len(flags)
                 rec.easy_streak = rec.easy_streak + 1 if passed >= self.easy_at else 0
                 rec.hard_streak = rec.hard_streak + 1 if passed <= self.hard_at else 0
-                flat = len(scored) > 1 and max(scored) - min(scored) <= 1e-6
+                flat = self.is_flat(group)
                 rec.zero_variance_streak = rec.zero_variance_streak + 1 if flat else 0
                 rec.first_pass = passed if rec.first_pass is None else rec.first_pass
                 rec.last_pass = passed

@@ -62,6 +62,11 @@ class GresoSelection:
         """The probability that example ``index`` is rolled out when drawn: 1 without a streak,
         else ``max(p ** z, explore)``."""
         rec = self.history.get(index)
+        if self.cfg.signal == "reward":  # a run of groups whose total rewards were all equal
+            if rec.zero_variance_streak == 0:
+                return 1.0
+            p = self.p_easy if (rec.last_pass or 0.0) >= 0.5 else self.p_hard
+            return max(p**rec.zero_variance_streak, self.cfg.explore)
         if rec.easy_streak > 0:
             return max(self.p_easy**rec.easy_streak, self.cfg.explore)
         if rec.hard_streak > 0:
@@ -119,7 +124,10 @@ class GresoSelection:
                 continue
             counted += 1
             passed = sum(flags) / len(flags)
-            if passed >= self.cfg.easy_at:
+            if self.cfg.signal == "reward":  # zero-variance groups, told apart by their pass rate
+                if self.history.is_flat(group):
+                    easy, hard = (easy + 1, hard) if passed >= 0.5 else (easy, hard + 1)
+            elif passed >= self.cfg.easy_at:
                 easy += 1
             elif passed <= self.cfg.hard_at:
                 hard += 1

@@ -55,9 +55,8 @@ def trajectory_rows(collection: Any, step: int) -> Iterator[dict[str, Any]]:
     ones, DPO's pairs); then, as groups of their own (kept), the trajectories the learner got that
     were not sampled this step (replayed ones, demonstrations). Reading kept rows gives what the
     learner trained on, each sample once."""
-    trained = {id(t) for g in collection.kept for t in g.trajectories}
     sampled = {id(t) for g in collection.seen for t in g.trajectories}
-    flags = [[id(t) in trained for t in g.trajectories] for g in collection.seen]
+    flags = collection.kept_flags()
     made = []
     for g in collection.kept:
         extra = [t for t in g.trajectories if id(t) not in sampled]

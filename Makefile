@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-all lint clean vllm
+.PHONY: setup demo test test-scale test-all lint clean vllm
 
 setup: $(STAMP)
 
@@ -58,6 +58,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+test-scale: setup
+	$(BIN)/python -m pytest -q -m "vllm or distributed" --runscale
 
 test-all: setup
 	$(BIN)/python -m pytest -q --runslow

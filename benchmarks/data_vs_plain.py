@@ -65,6 +65,7 @@ def arms(train_s: int) -> dict[str, list[str]]:
         "plain": [*PLAIN, limit],
         "greso": [*PLAIN, limit, "data.selection.kind=greso"],
         "greso_reward": [*PLAIN, limit, "data.selection.kind=greso", "data.selection.signal=reward"],
+        "plain_again": [*PLAIN, limit],  # plain once more, beside greso_reward
         "uniform": ["grpo", limit, *wide],
         "curriculum": [
             "grpo",

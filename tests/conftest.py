@@ -1,4 +1,7 @@
-"""Shared fixtures. Tests marked ``slow`` (longer real-model runs) run only with ``--runslow``."""
+"""Shared fixtures. Tests marked ``slow`` (longer real-model runs) run only with ``--runslow``; those
+marked ``vllm`` or ``distributed`` (a vLLM server, torchrun ranks) with ``--runscale`` (or
+``--runslow``): ``make test`` stays under 10 minutes on 2 cores, ``make test-scale`` runs them and
+CI runs both."""
 
 from __future__ import annotations
 
@@ -38,12 +41,21 @@ def _rlvr_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+    parser.addoption(
+        "--runscale",
+        action="store_true",
+        help="also run the tests marked vllm or distributed (a vLLM server, torchrun ranks): "
+        "`make test-scale`, which CI runs after `make test`",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--runslow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    slow = config.getoption("--runslow")
+    scale = slow or config.getoption("--runscale")
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_scale = pytest.mark.skip(reason="vLLM / torchrun: run with --runscale (make test-scale)")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if "slow" in item.keywords and not slow:
+            item.add_marker(skip_slow)
+        elif ("vllm" in item.keywords or "distributed" in item.keywords) and not scale:
+            item.add_marker(skip_scale)

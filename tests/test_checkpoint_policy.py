@@ -163,3 +163,12 @@ def test_overwrite_deletes_only_run_directories_and_never_through_a_link(tmp_pat
     with pytest.raises(RlvrError, match="--overwrite deletes the run that --resume would continue"):
         api.train(cfg, resume=True, overwrite=True, quiet=True)
     assert (mine / "metrics.jsonl").is_file()
+
+
+def test_every_log_the_loop_writes_is_one_overwrite_may_delete() -> None:
+    """A log added to the loop but not to ``RUN_FILES`` makes ``--overwrite`` refuse every finished
+    run (it holds "files rlvr did not write")."""
+    from rlvr.train.loop.orchestrator import LOGS
+    from rlvr.train.loop.run_dir import RUN_FILES
+
+    assert set(LOGS) <= RUN_FILES

@@ -189,8 +189,8 @@ def test_torchrun_cli_trains_and_rank_zero_writes_the_run_directory(tmp_path):
     assert code == 0, log[-4000:]
     assert log.count("held-out after") == 1  # rank 0 reports, once
     cli = tmp_path / "cli"
-    files = ["checkpoints", "config.yaml", "eval_samples.jsonl", "metrics.jsonl", "samples.jsonl"]
-    assert sorted(p.name for p in cli.iterdir()) == files
+    files = ["checkpoints", "config.yaml", "eval_samples.jsonl", "metrics.jsonl", "prompt_history.jsonl"]
+    assert sorted(p.name for p in cli.iterdir()) == [*files, "samples.jsonl"]
     rows = read_jsonl(cli / "metrics.jsonl")
     assert [(r["step"], r["phase"]) for r in rows] == [
         (0, "before"),

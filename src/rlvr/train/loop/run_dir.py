@@ -58,6 +58,7 @@ RUN_FILES = frozenset(
         "samples.jsonl",
         "eval_samples.jsonl",
         "trajectories.jsonl",
+        "prompt_history.jsonl",
         "checkpoints",
         "tensorboard",
         "wandb",

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from side_by_side import start_arm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,14 +94,7 @@ def _accuracy(run: Path) -> dict[str, float]:
 
 
 def start(arm: str, args_: list[str], seed: int, out: Path, core: int) -> tuple[subprocess.Popen, Path]:
-    name = f"{arm}-s{seed}"
-    log = out / f"{name}.log"
-    cmd = [
-        "taskset", "-c", str(core), sys.executable, "-m", "rlvr.cli", "train", args_[0], *args_[1:],
-        *COMMON, f"seed={seed}", "data.seed=0", f"output_dir={out}", f"name={name}", "--quiet",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env), out / name
+    return start_arm(arm, args_, COMMON, seed, out, core)
 
 
 def main() -> None:

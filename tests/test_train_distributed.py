@@ -24,6 +24,17 @@ from rlvr.errors import RlvrError  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _models_built_once() -> None:
+    """The bundled models are converted here, in this process, before any rank starts: run alone
+    (``make test-scale``), two ranks converting into the fresh session cache at once have loaded a
+    directory transformers did not recognise."""
+    from rlvr.models.bundled import smollm2_dir, tiny_random_dir
+
+    smollm2_dir()
+    tiny_random_dir()
+
 SRC = HERE.parent / "src"
 
 # Each case builds a fresh tiny-random learner and updates it on fixed synthetic groups (varied

@@ -46,10 +46,13 @@ def play(env, example, policy, max_turns: int = 50) -> tuple[float, dict, int]:
     raise AssertionError("the game never ended")
 
 
+@pytest.mark.parametrize("demonstrate", [True, False])
 @pytest.mark.parametrize("game", GAMES)
-def test_the_optimal_policy_wins_every_game(game):
+def test_the_optimal_policy_wins_every_game(game, demonstrate):
+    # with a demonstration in the opening, the players read only the real game that follows it
     for example in examples(game, 60, 0, "eval") + examples(game, 60, 5, "train"):
-        reward, outcome, turns = play(make_env(game), example, GAMES[game].optimal_policy)
+        env = make_env(game, {"demonstrate": demonstrate})
+        reward, outcome, turns = play(env, example, GAMES[game].optimal_policy)
         assert reward == 1.0 and outcome["solved"] == 1.0 and outcome["moves"] == turns, example.id
 
 
@@ -139,7 +142,7 @@ def test_boards_are_solvable_within_their_moves_and_have_their_holes():
 
 
 def test_frozenlake_rules():
-    env = make_env("frozenlake")
+    env = make_env("frozenlake", {"demonstrate": False})
     opening = env.reset(examples("frozenlake", 1, 0)[0], random.Random(0))
     assert [m["role"] for m in opening] == ["system", "user"] and "<move>" in opening[0]["content"]
     assert opening[1]["content"].startswith("P") and "12 moves left" in opening[1]["content"]
@@ -154,7 +157,7 @@ def test_frozenlake_rules():
     steps = [env.step(f"<move> {m.upper()} </move>") for m in path]  # case and spaces tolerated
     assert [s.done for s in steps] == [False] * (len(path) - 1) + [True]
     assert steps[-1].reward == 1.0 and sum(s.reward for s in steps) == 1.0
-    assert env.outcome() == {"solved": 1.0, "moves": len(path) + 1, "invalid_actions": 2.0}
+    assert env.outcome() == {"solved": 1.0, "moves": len(path) + 1, "invalid_actions": 2.0, "progress": 1.0}
     # a hole ends the game unsolved
     hole = next((r, c) for r, row in enumerate(board) for c, x in enumerate(row) if x == "H")
     env.reset(examples("frozenlake", 1, 0)[0], random.Random(0))
@@ -169,6 +172,7 @@ def test_frozenlake_rules():
         "solved": 0.0,
         "moves": 3.0,
         "invalid_actions": 3.0,
+        "progress": 0.0,
     }
 
 
@@ -185,7 +189,7 @@ def test_guess_number_rules():
         assert step.info == {"invalid_actions": 1.0} and "not a guess" in step.messages[0]["content"]
     won = game.step(f"<GUESS> {secret} </GUESS>")
     assert won.done and won.reward == 1.0
-    assert game.outcome() == {"solved": 1.0, "moves": 2.0, "invalid_actions": 3.0}
+    assert game.outcome() == {"solved": 1.0, "moves": 2.0, "invalid_actions": 3.0, "progress": 1.0}
     # the guesses run out
     game = make_env("guess_number", {"high": 100, "max_guesses": 2})
     game.reset(examples("guess_number", 1, 0, high=100, max_guesses=2)[0], random.Random(0))
@@ -218,7 +222,7 @@ def test_wordle_rules():
     assert all(len(w) == 5 and w.isalpha() and w.islower() for w in wordle.WORDS)
     env = make_env("wordle")
     opening = env.reset(examples("wordle", 1, 0)[0], random.Random(0))
-    assert "<guess>" in opening[0]["content"] and "6 guesses left" in opening[1]["content"]
+    assert "<guess>" in opening[0]["content"] and "6 guesses left" in opening[-1]["content"]
     secret = env.secret
     wrong = "zzzzz"
     step = env.step(f"<guess>{wrong}</guess>")
@@ -249,7 +253,7 @@ def test_wordle_rules():
         and last.reward == 0.0
         and env.outcome() == {"solved": 0.0, "moves": 1.0, "invalid_actions": 1.0}
     )
-    for bad in [{"max_guesses": 0}, {"words_only": "yes"}]:
+    for bad in [{"max_guesses": 0}, {"words_only": "yes"}, {"demonstrate": "yes"}]:
         with pytest.raises(ValueError, match="wordle"):
             make_env("wordle", bad)
 
@@ -274,3 +278,125 @@ def test_bad_task_config_names_the_task(task, config, match):
     cfg = load_config(None, ["data.source=env", f"data.task={task}", f"data.task_config={config}"])
     with pytest.raises(RlvrError, match=rf"data.task_config for '{task}'.*{match}"):
         build_datasets(cfg.data)
+
+
+# ---- the demonstration that opens each game ----
+
+TAG = {"frozenlake": frozen_lake._MOVE, "guess_number": guess_number._GUESS, "wordle": wordle._GUESS}
+
+
+def _opening(game: str, seed: int = 2, **params) -> list[dict[str, str]]:
+    return make_env(game, params).reset(Example(id="x", prompt=[], metadata={"seed": seed}), random.Random(0))
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_the_opening_demonstrates_one_won_game_as_chat_turns(game):
+    opening = _opening(game)
+    demo, start = opening[1:-1], opening[-1]
+    assert opening[0]["role"] == "system" and len(demo) >= 5
+    # user, assistant, user, ..., assistant: the example game, ended by the message that starts the real one
+    assert [m["role"] for m in demo] == ["user", "assistant"] * (len(demo) // 2) and start["role"] == "user"
+    assert GAMES[game].EXAMPLE_OVER in start["content"]
+    assert not any(GAMES[game].EXAMPLE_OVER in m["content"] for m in opening[:-1])
+    # the example replays as a real game: each action is valid, each reply the game's own, the last wins
+    env = make_env(game, {"demonstrate": False})
+    env.reset(Example(id="x", prompt=[], metadata={"seed": 2}), random.Random(0))
+    if game == "frozenlake":
+        env._start(frozen_lake.DEMO_BOARD)
+    elif game == "guess_number":
+        env._start(guess_number.demonstration_secret(env.high, env.max_guesses))
+    else:
+        env.secret = wordle.DEMO_WORD
+    for action, reply in zip(demo[1::2], [*demo[2::2], None]):
+        assert TAG[game].fullmatch(action["content"]), action
+        step = env.step(action["content"])
+        assert step.info.get("invalid_actions", 0.0) == 0.0
+        assert step.done == (reply is None) and (reply is None or step.messages == [reply])
+    assert env.solved and env.outcome()["invalid_actions"] == 0.0
+    # it is the optimal player's game, two to four actions long
+    assert 2 <= len(demo) // 2 <= 4
+    for k in range(1, len(demo), 2):
+        assert demo[k]["content"] == GAMES[game].optimal_policy([opening[0], *demo[:k]])
+
+
+def test_the_demonstrations_are_short_and_start_the_real_game_in_the_usual_words():
+    assert _opening("guess_number")[-1]["content"].endswith(". Your first guess?")
+    assert _opening("wordle")[-1]["content"].endswith(". 6 guesses left. Your first guess?")
+    plain = _opening("frozenlake", demonstrate=False)[-1]["content"]
+    assert _opening("frozenlake")[-1]["content"].endswith(f":\n{plain}")
+    for game in GAMES:
+        extra = sum(len(m["content"]) for m in _opening(game)) - sum(
+            len(m["content"]) for m in _opening(game, demonstrate=False)
+        )
+        assert 0 < extra < 500, game  # about 100-170 tokens of SmolLM2's tokenizer
+
+
+def test_without_demonstration_the_opening_is_the_rules_and_the_first_question():
+    rules = {"role": "system", "content": frozen_lake.RULES}
+    board = frozen_lake.render(frozen_lake.make_board(2), (0, 0))
+    assert _opening("frozenlake", demonstrate=False) == [
+        rules,
+        {"role": "user", "content": f"{board}\n12 moves left. Your move?"},
+    ]
+    assert _opening("guess_number", demonstrate=False) == [
+        {"role": "system", "content": guess_number.rules(100, 7)},
+        {"role": "user", "content": "Your first guess?"},
+    ]
+    assert _opening("wordle", demonstrate=False) == [
+        {"role": "system", "content": wordle.rules(6)},
+        {"role": "user", "content": "6 guesses left. Your first guess?"},
+    ]
+    # a budget too small for the example's game: no demonstration rather than a lost example
+    one = _opening("guess_number", max_guesses=1)
+    assert [m["content"] for m in one if m["role"] == "assistant"] == ["<guess>50</guess>"]  # won at once
+    held_middle = next(h for h in range(2, 100) if (1 + h) // 2 in guess_number.held_out_numbers(h))
+    alone = _opening("guess_number", high=held_middle, max_guesses=1)
+    assert alone == _opening("guess_number", high=held_middle, max_guesses=1, demonstrate=False)
+    assert _opening("wordle", max_guesses=2) == _opening("wordle", max_guesses=2, demonstrate=False)
+    small = {"size": 2, "holes": 0, "max_moves": 3}
+    assert _opening("frozenlake", **small) == _opening("frozenlake", **small, demonstrate=False)
+
+
+def test_the_demonstrated_game_is_never_a_held_out_one():
+    assert not frozen_lake.is_held_out(frozen_lake.DEMO_BOARD)
+    assert len(frozen_lake.shortest_path(frozen_lake.DEMO_BOARD, (0, 0))) == 4
+    assert wordle.DEMO_WORD in wordle.WORDS and wordle.DEMO_WORD not in wordle.held_out_words()
+    for high in [*range(2, 300), 1000, 10**6]:
+        for max_guesses in (1, 2, 3, guess_number.GuessNumber(high).max_guesses):
+            secret = guess_number.demonstration_secret(high, max_guesses)
+            assert secret is None or secret not in guess_number.held_out_numbers(high), (high, max_guesses)
+        assert guess_number.demonstration_secret(high, 7) is not None
+    assert guess_number.demonstration_secret(100, 7) == 37  # answers Lower, then Higher
+    # above the limit no held-out split exists (building it would list every number), so any is fine
+    assert _opening("guess_number", high=10**12)[-1]["content"].endswith("Your first guess?")
+    with pytest.raises(ValueError, match="too many numbers"):
+        guess_number.guess_number_examples(1, 0, high=10**7)
+
+
+def test_the_scripted_players_ignore_the_demonstration():
+    assert guess_number.optimal_policy(_opening("guess_number")) == "<guess>50</guess>"
+    opening = _opening("wordle")
+    assert wordle.parse_feedback(opening) == [] and wordle.parse_feedback(opening[:-1])
+    assert wordle.optimal_policy(opening) == wordle.optimal_policy(_opening("wordle", demonstrate=False))
+    board = frozen_lake.make_board(2)
+    first = frozen_lake.shortest_path(board, (0, 0))[0]
+    assert frozen_lake.optimal_policy(_opening("frozenlake")) == f"<move>{first}</move>"
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_demonstrate_and_progress_reward_are_checked(game):
+    params = GAMES[game]
+    env_class = type(make_env(game))
+    assert env_class.data_params["demonstrate"].problem(False) is None
+    assert env_class.data_params["demonstrate"].problem("no") is not None
+    with pytest.raises(ValueError, match=f"{game}: demonstrate"):
+        make_env(game, {"demonstrate": 1})
+    if game == "wordle":
+        assert "progress_reward" not in env_class.data_params
+        return
+    assert env_class.data_params["progress_reward"].problem(0.5) is None
+    assert env_class.data_params["progress_reward"].problem(1.5) is not None
+    for bad in (-0.1, 1.5, "0.5", True, float("nan")):
+        with pytest.raises(ValueError, match=f"{game}: progress_reward"):
+            make_env(game, {"progress_reward": bad})
+    assert params.real_game([]) == []

@@ -125,7 +125,8 @@ def test_the_optimal_player_wins_through_the_episode_loop(tok, game):
 
 
 def test_a_scripted_frozenlake_walk_through_the_episode_loop(tok):
-    example = frozen_lake.frozenlake_examples(1, 3)[0]
+    # the script counts turns by the messages in the prompt: no demonstration in the opening
+    example = frozen_lake.frozenlake_examples(1, 3, demonstrate=False)[0]
     path = frozen_lake.shortest_path(frozen_lake.make_board(example.metadata["seed"]), (0, 0))
     engine = ScriptedEngine(tok, [f"<move>{m}</move>" for m in path for _ in range(2)])  # 2 messages a turn
     groups, _ = _episodes(tok, engine, [example], n=1)

@@ -14,6 +14,7 @@ from rlvr.envs.search import (
     DEMONSTRATION,
     EMPTY_QUERY_FEEDBACK,
     INVALID_TURN_FEEDBACK,
+    LAST_TURN_HINT,
     SYSTEM_PROMPT,
     SearchEnv,
     corpus_index,
@@ -162,7 +163,7 @@ def _oracle_turns(env: SearchEnv, example: Example) -> tuple[float, dict]:
     for hop, gold in enumerate(gold_docs):
         step = env.step(f"I should look this up. <search>{query}</search>")
         assert not step.done and step.info["searches"] == 1.0 and "invalid_turns" not in step.info
-        information = step.messages[0]["content"]
+        information = step.messages[0]["content"].removesuffix(f"\n{LAST_TURN_HINT}")
         assert information.startswith("<information>") and information.endswith("</information>")
         body = information.removeprefix("<information>").removesuffix("</information>")
         shown = dict(re.findall(r"^Doc \d+ \(([^)]*)\): (.*)$", body, flags=re.M))
@@ -190,10 +191,10 @@ def test_oracle_policy_solves_every_question():
     assert sum(rewards) == len(rewards)
 
 
-def test_retrieval_reward_pays_once_per_gold_document_and_never_reaches_a_solve():
+def test_retrieval_reward_paid_on_search_pays_once_per_gold_document_and_never_reaches_a_solve():
     example = next(e for e in _all_examples() if e.metadata["hops"] == 1)
     query = example.question.removeprefix("Question: ")
-    env = SearchEnv(retrieval_reward=0.2)
+    env = SearchEnv(retrieval_reward=0.2, retrieval_paid="search")
     env.reset(example, random.Random(0))
     first = env.step(f"<search>{query}</search>")
     again = env.step(f"<search>{query}</search>")  # the same gold document a second time: nothing
@@ -210,6 +211,62 @@ def test_retrieval_reward_pays_once_per_gold_document_and_never_reaches_a_solve(
     two_hop = next(e for e in _all_examples() if e.metadata["hops"] == 2)
     _, outcome = _oracle_turns(SearchEnv(retrieval_reward=0.2), two_hop)
     assert outcome["gold_found"] == 1.0
+
+
+def _episode_total(env: SearchEnv, example: Example, turns: list[str]) -> tuple[float, dict]:
+    _, steps, outcome = _run(env, example, turns)
+    return sum(step.reward for step in steps), outcome
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_hand_played_episodes_rank_answering_above_searching_alone(hops):
+    """With the retrieval reward paid at the answer (the default), the optimum (find the gold
+    documents, answer right) earns the most; a right answer without searching next; a wrong answer
+    after finding the gold documents earns the process reward; searching every turn without ever
+    answering, or doing nothing, earns 0 — so farming searches is not a local optimum."""
+    example = next(e for e in _all_examples() if e.metadata["hops"] == hops)
+    r = 0.2
+    make = lambda: SearchEnv(retrieval_reward=r, max_turns=3)  # noqa: E731
+    optimum, best = _oracle_turns(make(), example)
+    query = example.question.removeprefix("Question: ")
+    guessed, _ = _episode_total(make(), example, [f"<answer>{example.reference}</answer>"])
+    searched_wrong, wrong_outcome = _episode_total(
+        make(), example, [f"<search>{query}</search>", "<answer>nobody</answer>"]
+    )
+    farming, farmed = _episode_total(make(), example, [f"<search>{query}</search>"] * 3)
+    nothing, idle = _episode_total(make(), example, ["hmm"] * 3)
+    assert optimum == pytest.approx(1.0 + r) and best["solved"] == 1.0 and best["answered"] == 1.0
+    assert guessed == 1.0
+    assert searched_wrong == pytest.approx(r * wrong_outcome["gold_found"]) and searched_wrong > 0
+    assert farming == 0.0 and nothing == 0.0
+    assert optimum > guessed > searched_wrong > farming
+    # the farming episode is the one the hacking metric flags; the others are not
+    assert farmed["process_unanswered"] == 1.0 and farmed["answered"] == 0.0
+    assert idle["process_unanswered"] == 0.0
+    assert wrong_outcome["process_unanswered"] == 0.0 and best["process_unanswered"] == 0.0
+
+
+def test_paid_on_search_the_farming_episode_earns_what_an_answered_one_does():
+    """The old payment (on the searching turn) is the trap a seed-1 run fell into: searching every
+    turn and never answering earns as much as searching and answering wrongly."""
+    example = next(e for e in _all_examples() if e.metadata["hops"] == 1)
+    query = example.question.removeprefix("Question: ")
+    env = lambda: SearchEnv(retrieval_reward=0.2, retrieval_paid="search", max_turns=3)  # noqa: E731
+    farming, farmed = _episode_total(env(), example, [f"<search>{query}</search>"] * 3)
+    wrong, _ = _episode_total(env(), example, [f"<search>{query}</search>", "<answer>nobody</answer>"])
+    assert farming == pytest.approx(0.2) == pytest.approx(wrong)
+    assert farmed["process_unanswered"] == 1.0
+    with pytest.raises(ValueError, match="retrieval_paid"):
+        SearchEnv(retrieval_paid="sometimes")
+
+
+def test_the_message_before_the_last_turn_says_to_answer():
+    example = search_examples(1, 0)[0]
+    _, steps, _ = _run(SearchEnv(max_turns=3), example, ["<search>a b</search>", "<search>c</search>", "x"])
+    assert LAST_TURN_HINT not in steps[0].messages[0]["content"]
+    assert steps[1].messages[0]["content"].endswith(LAST_TURN_HINT)
+    _, steps, _ = _run(SearchEnv(max_turns=3, last_turn_hint=False), example, ["<search>a b</search>"] * 3)
+    assert LAST_TURN_HINT not in steps[1].messages[0]["content"]
 
 
 def test_guessing_without_searching_scores_near_zero():
@@ -254,10 +311,18 @@ def test_malformed_turns_are_counted_and_answered_with_feedback():
         INVALID_TURN_FEEDBACK,
         INVALID_TURN_FEEDBACK,
         EMPTY_QUERY_FEEDBACK,
-        INVALID_TURN_FEEDBACK,
+        f"{INVALID_TURN_FEEDBACK}\n{LAST_TURN_HINT}",
     ]
     assert reward == 1.0
-    assert outcome == {"solved": 1.0, "searches": 0.0, "invalid_turns": 4.0, "turns": 5.0, "gold_found": 0.0}
+    assert outcome == {
+        "solved": 1.0,
+        "answered": 1.0,
+        "searches": 0.0,
+        "invalid_turns": 4.0,
+        "turns": 5.0,
+        "gold_found": 0.0,
+        "process_unanswered": 0.0,
+    }
 
 
 def test_max_turns_ends_the_episode_unsolved():

@@ -18,7 +18,7 @@ from rlvr import api
 from rlvr.config import load_config
 from rlvr.log import read_jsonl
 from rlvr.log.progress import StepLines
-from rlvr.train.loop.health import error_kind, run_failure
+from rlvr.train.loop.health import HackWatch, error_kind, run_failure
 
 TESTS = Path(__file__).parent
 RLVR = [sys.executable, "-m", "rlvr.cli"]
@@ -126,6 +126,56 @@ def test_run_failure_needs_no_update_or_most_calls_failed() -> None:
     assert run_failure({"before": {}, "after": {}}) is None  # e.g. a Ray driver's results
     assert error_kind("ValueError: my reward broke") == "ValueError"
     assert error_kind("timeout after 5s") == "timeout"
+
+
+FARMING_ENV = """
+from rlvr.envs import Environment, Step
+
+
+class Farm(Environment):
+    def __init__(self, unanswered: float = 1.0):
+        self.unanswered = unanswered
+
+    def reset(self, example, rng):
+        return list(example.prompt)
+
+    def step(self, text):
+        return Step(done=True, reward=0.2)
+
+    def outcome(self):
+        return {"process_unanswered": self.unanswered}
+"""
+
+
+def test_episodes_farming_a_process_reward_are_warned_about_while_the_run_trains(tmp_path) -> None:
+    (tmp_path / "my_envs.py").write_text(FARMING_ENV)
+    words = _word_problems(tmp_path)
+    base = [
+        *TINY_RUN,
+        f"data.path={words}",
+        "data.eval_size=2",
+        "eval.before=false",
+        "train.steps=1",
+        "train.final_checkpoint=none",
+        "output_dir=runs",
+        "env.name=my_envs:Farm",
+    ]
+    paths = os.pathsep.join([str(tmp_path), str(TESTS)])
+    result = _rlvr(tmp_path, "train", *base, "name=farm", pythonpath=paths)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "reward hacking?" in output and "step 1: 100% of the episodes earned process reward" in output
+    rows = read_jsonl(tmp_path / "runs" / "farm" / "metrics.jsonl")
+    assert rows[0]["reward/env/process_unanswered"] == 1.0
+
+
+def test_hack_watch_warns_once_above_half_of_a_step() -> None:
+    watch = HackWatch(Console(file=io.StringIO()))
+    assert watch.observe(1, {"reward/env/process_unanswered": 0.5, "reward/env/solved": 0.9}) is None
+    said = watch.observe(2, {"reward/env/process_unanswered": 0.75})
+    assert said is not None and said.startswith("step 2: 75% of the episodes")
+    assert watch.observe(3, {"reward/env/process_unanswered": 1.0}) is None  # once per run
+    assert "reward hacking?" in watch.console.file.getvalue()
 
 
 # ------------------------------------------------------------------ a batch job's log

@@ -12,12 +12,36 @@ board, counted (``invalid_actions``), and uses up a move. Reaching G ends the ep
 a hole ends it with 0; so does running out of moves (``max_moves``, also bounded by
 ``env.max_turns``).
 
+**Demonstration** (``demonstrate``, default on): the opening is the rules (system), then one example
+game on the fixed 3 × 3 board :data:`DEMO_BOARD` (a training layout, never a held-out one) as real
+chat turns, shown as the game shows boards and played along its shortest path by
+:func:`optimal_policy` with the game's own ``max_moves``, then a user message that says the example
+is over (:data:`EXAMPLE_OVER`) followed by the real board as the game without a demonstration opens.
+With fewer than 4 ``max_moves`` (the example's path) the opening has no demonstration. The scripted
+players read only what follows that message (:func:`real_game`).
+
+**Shaped progress** (``progress_reward`` = p, default 0: off). Φ(cell) = max(0, 1 − d(cell) / d(S)),
+d the shortest safe path's length to G (BFS): 0 at the start (and anywhere at least as far), 1 at
+G. Each turn earns p × (Φ after − Φ before) on top of the game's reward, and a hole counts as Φ = 0
+(the progress made is paid back). Walking back and forth nets nothing, so the shaping cannot be
+collected without getting closer. An episode's total is therefore:
+
+- reaching G: exactly 1 + p (however long the walk);
+- running out of moves: p × Φ(where it stopped), in [0, p × (1 − 1/d(S))] (< p): more the closer;
+- falling into a hole: exactly 0 (the turn that falls earns −p × Φ before it, never more than 0);
+- invalid turns and walking into the edge earn 0; doing nothing but that earns 0.
+
+Any win thus outscores any episode that does not win, and a policy that always wins stays optimal.
+(Between policies that win only sometimes, the shaping may favour one that wins a little less often
+but ends its failures close to G.)
+
 :func:`optimal_policy` (shortest path by BFS, reading only the rendered board) solves every board;
 :func:`random_policy` moves at random. Both play through the same text interface as the model.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import zlib
@@ -29,9 +53,12 @@ from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
+from rlvr.envs.guess_number import check_demonstrate, check_progress_reward
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"<move>\s*(\w+)\s*</move>", re.IGNORECASE)
+# starts the user message that ends the demonstration and shows the real board
+EXAMPLE_OVER = "The example game is over."
 
 RULES = (
     "You walk on a frozen lake drawn as a grid: S is the start, G the goal, H a hole, . safe ice, and P "
@@ -40,6 +67,8 @@ RULES = (
 )
 
 Board = tuple[str, ...]
+# the demonstration's board: its only shortest path passes between holes (tests check it is not held out)
+DEMO_BOARD: Board = ("S..", "H.H", "..G")
 
 
 def make_board(seed: int, size: int = 4, holes: int = 3, max_moves: int | None = None) -> Board:
@@ -116,6 +145,21 @@ def shortest_path(board: Board, start: tuple[int, int]) -> list[str] | None:
     return None
 
 
+def distances_to_goal(board: Board) -> dict[tuple[int, int], int]:
+    """The length of the shortest safe path from each cell that has one to G (BFS from G)."""
+    size = len(board)
+    goal = (size - 1, size - 1)
+    found, queue = {goal: 0}, deque([goal])
+    while queue:
+        r, c = queue.popleft()
+        for dr, dc in MOVES.values():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < size and 0 <= nc < size and board[nr][nc] != "H" and (nr, nc) not in found:
+                found[(nr, nc)] = found[(r, c)] + 1
+                queue.append((nr, nc))
+    return found
+
+
 def render(board: Board, at: tuple[int, int]) -> str:
     return "\n".join(
         " ".join("P" if (r, c) == at else cell for c, cell in enumerate(row)) for r, row in enumerate(board)
@@ -134,9 +178,17 @@ def parse_board(text: str) -> tuple[Board, tuple[int, int]] | None:
     return tuple("".join("." if x == "P" else x for x in row) for row in grid), at
 
 
+def real_game(messages: list[Message]) -> list[Message]:
+    """The messages of the game being played: from the user message that ends a demonstration
+    (:data:`EXAMPLE_OVER`) on, or all of them when there was none."""
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user" and EXAMPLE_OVER in m["content"]]
+    return messages[starts[-1] :] if starts else messages
+
+
 def optimal_policy(messages: list[Message]) -> str:
-    """A shortest path's next move, read from the newest board shown in the conversation."""
-    for message in reversed(messages):
+    """A shortest path's next move, read from the newest board of the real game (not a
+    demonstration's) shown in the conversation."""
+    for message in reversed(real_game(messages)):
         if message["role"] != "assistant" and (found := parse_board(message["content"])) is not None:
             path = shortest_path(*found)
             return f"<move>{path[0] if path else 'up'}</move>"
@@ -154,7 +206,8 @@ class FrozenLake(Environment):
     every turn, invalid ones included; boards are drawn so that it is enough for a shortest path.
 
     ``Step.info`` counts ``moves``, ``invalid_actions`` and ``fell`` (into a hole) for the run's
-    totals; :meth:`outcome` has the episode's ``solved``, ``moves`` and ``invalid_actions``.
+    totals; :meth:`outcome` has the episode's ``solved``, ``moves``, ``invalid_actions`` and
+    ``progress`` (Φ where the episode ended, 0 after a hole, 1 at G; also when the shaping is off).
     """
 
     stop_strings = ("</move>",)
@@ -163,24 +216,45 @@ class FrozenLake(Environment):
         "size": DataParam(int, 2, 16),
         "holes": DataParam(int, 0, 255),
         "max_moves": DataParam(int, 1, 1000),
+        "demonstrate": DataParam(bool),
+        "progress_reward": DataParam(float, 0.0, 1.0),
     }
 
-    def __init__(self, size: int = 4, holes: int = 3, max_moves: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int = 4,
+        holes: int = 3,
+        max_moves: int | None = None,
+        demonstrate: bool = True,
+        progress_reward: float = 0.0,
+    ) -> None:
         self.size, self.holes = size, holes
         self.max_moves = check_params(size, holes, max_moves)
+        self.demonstrate = check_demonstrate("frozenlake", demonstrate)
+        self.progress_reward = check_progress_reward("frozenlake", progress_reward)
         self.board: Board = ()
         self.at = (0, 0)
         self.moves = self.invalid = 0
         self.solved = False
+        self.distance: dict[tuple[int, int], int] = {}
+        self.progress = 0.0
 
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         seed = int(example.metadata.get("seed", rng.randrange(2**31)))
-        self.board = make_board(seed, self.size, self.holes, self.max_moves)
-        self.at, self.moves, self.invalid, self.solved = (0, 0), 0, 0, False
-        return [
-            {"role": "system", "content": RULES},
-            {"role": "user", "content": self._observation()},
-        ]
+        self._start(make_board(seed, self.size, self.holes, self.max_moves))
+        demo = demonstration(self.max_moves) if self.demonstrate else ()
+        if not demo:
+            return [{"role": "system", "content": RULES}, {"role": "user", "content": self._observation()}]
+        *turns, over = demo
+        start = {"role": "user", "content": f"{over['content']}\n{self._observation()}"}
+        return [{"role": "system", "content": RULES}, *(dict(m) for m in turns), start]
+
+    def _start(self, board: Board) -> None:
+        self.board, self.distance = board, distances_to_goal(board)
+        self.at, self.moves, self.invalid, self.solved, self.progress = (0, 0), 0, 0, False, 0.0
+
+    def _potential(self, at: tuple[int, int]) -> float:
+        return max(0.0, 1.0 - self.distance[at] / self.distance[(0, 0)])
 
     def _observation(self, before: str = "") -> str:
         left = self.max_moves - self.moves - self.invalid
@@ -203,19 +277,46 @@ class FrozenLake(Environment):
         if 0 <= r < self.size and 0 <= c < self.size:
             self.at = (r, c)
         cell = self.board[self.at[0]][self.at[1]]
+        before = self.progress
+        self.progress = 0.0 if cell == "H" else self._potential(self.at)  # a hole pays the progress back
+        shaped = self.progress_reward * (self.progress - before)
         if cell == "G":
             self.solved = True
-            return Step(reward=1.0, done=True, info={"moves": 1.0})
+            return Step(reward=1.0 + shaped, done=True, info={"moves": 1.0})
         if cell == "H" or self.moves + self.invalid >= self.max_moves:
-            return Step(done=True, info={"moves": 1.0, "fell": float(cell == "H")})
-        return Step([{"role": "user", "content": self._observation()}], info={"moves": 1.0})
+            return Step(reward=shaped, done=True, info={"moves": 1.0, "fell": float(cell == "H")})
+        return Step([{"role": "user", "content": self._observation()}], reward=shaped, info={"moves": 1.0})
 
     def outcome(self) -> dict[str, float]:
         return {
             "solved": float(self.solved),
             "moves": float(self.moves),
             "invalid_actions": float(self.invalid),
+            "progress": self.progress,
         }
+
+
+@functools.lru_cache(maxsize=64)
+def demonstration(max_moves: int) -> tuple[Message, ...]:
+    """The example game's turns after the system message, played on :data:`DEMO_BOARD` by the game
+    itself with :func:`optimal_policy` (``max_moves`` as the real game's), and the message that
+    ends it (the real board follows it); empty when ``max_moves`` is too few for its path."""
+    holes = sum(row.count("H") for row in DEMO_BOARD)
+    if max_moves < len(shortest_path(DEMO_BOARD, (0, 0)) or ()):
+        return ()
+    game = FrozenLake(len(DEMO_BOARD), holes, max_moves, demonstrate=False)
+    game._start(DEMO_BOARD)
+    turns: list[Message] = [{"role": "user", "content": game._observation()}]
+    while True:
+        text = optimal_policy([{"role": "system", "content": RULES}, *turns])
+        step = game.step(text)
+        turns.append({"role": "assistant", "content": text})
+        if step.done:
+            break
+        turns.extend(step.messages)
+    if not game.solved:
+        raise AssertionError("frozenlake: the demonstration does not reach G")
+    return (*turns, {"role": "user", "content": f"You reached G. {EXAMPLE_OVER} Now your own lake:"})
 
 
 def is_held_out(board: Board) -> bool:

@@ -36,6 +36,7 @@ INVALID_TURN_FEEDBACK = (
     "or <answer>the answer</answer> to finish."
 )
 EMPTY_QUERY_FEEDBACK = "The search query was empty. Write <search>your query</search> with some words in it."
+LAST_TURN_HINT = "This is your last turn: write your answer as <answer>short answer</answer>."
 
 SYSTEM_PROMPT = (
     "You answer questions about people, towns and companies that are only described in a private "
@@ -136,15 +137,23 @@ class SearchEnv(Environment):
     (:data:`DEMONSTRATION`) between the system message and the question. ``corpus_seed`` /
     ``corpus_size`` are used only for an example whose metadata does not name its corpus.
 
-    ``retrieval_reward`` (default 0: off) is a process reward, paid as a turn reward the first time
-    a search brings back one of the question's gold documents (``metadata["gold_docs"]``), split
-    evenly between them: at most ``retrieval_reward`` per episode, so a correct answer (1.0) always
-    outscores searching alone, and an episode that answers wrongly stays below the accuracy
-    threshold of 1.
+    ``retrieval_reward`` (default 0: off) is a process reward, earned the first time a search brings
+    back one of the question's gold documents (``metadata["gold_docs"]``), split evenly between
+    them: at most ``retrieval_reward`` per episode. ``retrieval_paid`` says when it is paid:
+    ``"answer"`` (the default) adds what the episode earned to the answering turn's reward, right or
+    wrong, so an episode that never answers earns nothing — searching every turn cannot collect it;
+    ``"search"`` pays it on the searching turn, which a policy can collect without ever answering
+    (the local optimum a 25-step run found at seed 1: docs/agents.md). Totals with ``"answer"``: a
+    right answer after finding the gold documents 1 + r, a right answer without them 1, a wrong one
+    after finding them r, a wrong one without them 0, no answer 0.
 
-    ``Step.info`` holds what the turn adds to the run's counters (``searches``, ``invalid_turns``,
-    ``empty_searches``, ``gold_retrieved``, ``unanswered``: the turn limit came first);
-    :meth:`outcome` has the episode's totals.
+    ``last_turn_hint`` (default on) adds :data:`LAST_TURN_HINT` to the message before the model's
+    last turn. ``Step.info`` holds what the turn adds to the run's counters (``searches``,
+    ``invalid_turns``, ``empty_searches``, ``gold_retrieved``, ``unanswered``: the turn limit came
+    first); :meth:`outcome` has the episode's totals, among them ``process_unanswered``: 1 when the
+    episode earned process reward and ended without an answer — the signature of a policy that
+    farms the process reward (``reward/env/process_unanswered`` in metrics.jsonl, warned about by
+    the run).
     """
 
     stop_strings = (_SEARCH_CLOSE,)
@@ -159,6 +168,8 @@ class SearchEnv(Environment):
         "corpus_size": DataParam(int, 1, MAX_CORPUS_SIZE),
         "demonstrate": DataParam(bool),
         "retrieval_reward": DataParam(float, 0.0, 1.0),
+        "retrieval_paid": DataParam(str, choices=("answer", "search")),
+        "last_turn_hint": DataParam(bool),
     }
 
     def __init__(
@@ -171,20 +182,27 @@ class SearchEnv(Environment):
         corpus_size: int = DEFAULT_CORPUS_SIZE,
         demonstrate: bool = True,
         retrieval_reward: float = 0.0,
+        retrieval_paid: Literal["answer", "search"] = "answer",
+        last_turn_hint: bool = True,
     ) -> None:
         if k < 1 or max_chars < 1 or max_turns < 1:
             raise ValueError(
                 f"search env: k, max_chars and max_turns must be positive, got {k}, {max_chars}, {max_turns}"
             )
+        if retrieval_paid not in ("answer", "search"):
+            raise ValueError(
+                f"search env: retrieval_paid must be 'answer' or 'search', got {retrieval_paid!r}"
+            )
         self.k, self.max_chars, self.max_turns, self.role = k, max_chars, max_turns, role
         self.demonstrate, self.retrieval_reward = demonstrate, retrieval_reward
+        self.retrieval_paid, self.last_turn_hint = retrieval_paid, last_turn_hint
         self._gold: frozenset[int] = frozenset()
         self._found: set[int] = set()
         self._default_corpus = (corpus_seed, corpus_size)
         self._example: Example | None = None
         self._index: BM25Index | None = None
         self.turns = self.searches = self.invalid_turns = 0
-        self.solved = False
+        self.solved = self.answered = False
 
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         if example.reference is None:
@@ -198,7 +216,7 @@ class SearchEnv(Environment):
         self._example, self._index = example, corpus_index(seed, size)
         self._gold, self._found = frozenset(int(d) for d in example.metadata.get("gold_docs", ())), set()
         self.turns = self.searches = self.invalid_turns = 0
-        self.solved = False
+        self.solved = self.answered = False
         if not self.demonstrate:
             return list(example.prompt)
         system = [m for m in example.prompt if m["role"] == "system"]
@@ -218,7 +236,9 @@ class SearchEnv(Environment):
                 extract="answer_tag",
                 normalize="squad",
             )
-            self.solved = reward == 1.0
+            self.solved, self.answered = reward == 1.0, True
+            if self.retrieval_paid == "answer":
+                reward += self.process_reward()
             return Step(reward=reward, done=True)
         info: dict[str, float] = {}
         reward = 0.0
@@ -230,7 +250,8 @@ class SearchEnv(Environment):
             if new_gold:
                 self._found |= new_gold
                 info["gold_retrieved"] = float(len(new_gold))
-                reward = self.retrieval_reward * len(new_gold) / len(self._gold)
+                if self.retrieval_paid == "search":
+                    reward = self.retrieval_reward * len(new_gold) / len(self._gold)
             reply = format_information(hits, self.max_chars)
         else:
             self.invalid_turns += 1
@@ -241,15 +262,24 @@ class SearchEnv(Environment):
         if self.turns >= self.max_turns:
             info["unanswered"] = 1.0
             return Step(reward=reward, done=True, info=info)
+        if self.last_turn_hint and self.turns == self.max_turns - 1:
+            reply = f"{reply}\n{LAST_TURN_HINT}"
         return Step(messages=[{"role": self.role, "content": reply}], reward=reward, info=info)
 
+    def process_reward(self) -> float:
+        """The retrieval reward the episode has earned so far (paid or not)."""
+        return self.retrieval_reward * len(self._found) / len(self._gold) if self._gold else 0.0
+
     def outcome(self) -> dict[str, float]:
+        earned = self.process_reward() > 0
         return {
             "solved": float(self.solved),
+            "answered": float(self.answered),
             "searches": float(self.searches),
             "invalid_turns": float(self.invalid_turns),
             "turns": float(self.turns),
             "gold_found": len(self._found) / len(self._gold) if self._gold else 0.0,
+            "process_unanswered": float(earned and not self.answered),
         }
 
 

@@ -18,6 +18,14 @@ not five letters (or, with ``words_only``, not in the list) is answered with the
 (``invalid_actions``), and uses up a guess. By default any five letters are a guess: a 135M model
 learns the format before it learns the vocabulary, and every guess still gets feedback.
 
+**Demonstration** (``demonstrate``, default on): the opening is the rules (system), then one example
+game for the fixed training word :data:`DEMO_WORD` (never a held-out secret) as real chat turns: the
+guesses of :func:`optimal_policy` and the game's own feedback lines (three guesses, with the
+game's ``max_guesses`` counting down), then a user message that says the example is over
+(:data:`EXAMPLE_OVER`) and opens the real game as the game without a demonstration does. With fewer
+than 3 ``max_guesses`` the opening has no demonstration. The scripted players read only what follows
+that message (:func:`real_game`). There is no shaped reward: a win is 1, anything else 0.
+
 :func:`optimal_policy` keeps the words consistent with every line of feedback so far and guesses
 the one that leaves the fewest candidates in the worst case; it wins every game of the shipped list
 within five guesses. :func:`random_policy` guesses words from the list at random. Both read and
@@ -46,6 +54,10 @@ _GUESS = re.compile(r"<guess>\s*([^<]*?)\s*</guess>", re.IGNORECASE)
 _FEEDBACK = re.compile(r"^([a-z]{5}):((?: [a-z]=(?:correct|present|absent)){5})\s*$", re.MULTILINE)
 _MARK = re.compile(r"[a-z]=(correct|present|absent)")
 _WORDS = frozenset(WORDS)
+# starts the user message that ends the demonstration and opens the real game
+EXAMPLE_OVER = "The example game is over."
+# the demonstration's secret: a training word that the optimal player finds in three guesses
+DEMO_WORD = "angel"
 
 
 def rules(max_guesses: int) -> str:
@@ -84,10 +96,18 @@ def held_out_words() -> frozenset[str]:
     return frozenset(random.Random("rlvr-wordle-held-out").sample(sorted(WORDS), round(len(WORDS) / 5)))
 
 
+def real_game(messages: Sequence[Message]) -> Sequence[Message]:
+    """The messages of the game being played: from the user message that ends a demonstration
+    (:data:`EXAMPLE_OVER`) on, or all of them when there was none."""
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user" and EXAMPLE_OVER in m["content"]]
+    return messages[starts[-1] :] if starts else messages
+
+
 def parse_feedback(messages: Sequence[Message]) -> list[tuple[str, Marks]]:
-    """Every ``(guess, marks)`` line the game has written in the conversation's user messages."""
+    """Every ``(guess, marks)`` line the game has written in the user messages of the real game
+    (a demonstration's lines are not this game's)."""
     found = []
-    for message in messages:
+    for message in real_game(messages):
         if message["role"] == "user":
             for guess, marks in _FEEDBACK.findall(message["content"]):
                 found.append((guess, tuple(_MARK.findall(marks))))
@@ -143,14 +163,20 @@ class Wordle(Environment):
 
     stop_strings = ("</guess>",)
     # what a data row's env_params may set (rlvr.envs.data_params)
-    data_params = {"max_guesses": DataParam(int, 1, 100), "words_only": DataParam(bool)}
+    data_params = {
+        "max_guesses": DataParam(int, 1, 100),
+        "words_only": DataParam(bool),
+        "demonstrate": DataParam(bool),
+    }
 
-    def __init__(self, max_guesses: int = 6, words_only: bool = False) -> None:
+    def __init__(self, max_guesses: int = 6, words_only: bool = False, demonstrate: bool = True) -> None:
         if max_guesses < 1:
             raise ValueError(f"wordle: max_guesses must be at least 1, got {max_guesses}")
         if not isinstance(words_only, bool):
             raise ValueError(f"wordle: words_only must be true or false, got {words_only!r}")
-        self.max_guesses, self.words_only = max_guesses, words_only
+        if not isinstance(demonstrate, bool):
+            raise ValueError(f"wordle: demonstrate must be true or false, got {demonstrate!r}")
+        self.max_guesses, self.words_only, self.demonstrate = max_guesses, words_only, demonstrate
         self.secret = ""
         self.guesses = self.invalid = 0
         self.solved = False
@@ -158,10 +184,11 @@ class Wordle(Environment):
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         seed = int(example.metadata.get("seed", rng.randrange(2**31)))
         self.secret, self.guesses, self.invalid, self.solved = secret_word(seed), 0, 0, False
-        return [
-            {"role": "system", "content": rules(self.max_guesses)},
-            {"role": "user", "content": f"{self.max_guesses} guesses left. Your first guess?"},
-        ]
+        system = {"role": "system", "content": rules(self.max_guesses)}
+        demo = demonstration(self.max_guesses) if self.demonstrate else ()
+        if not demo:
+            return [system, {"role": "user", "content": first_question(self.max_guesses)}]
+        return [system, *(dict(m) for m in demo)]
 
     def step(self, text: str) -> Step:
         if not self.secret:
@@ -199,6 +226,34 @@ class Wordle(Environment):
             "moves": float(self.guesses),
             "invalid_actions": float(self.invalid),
         }
+
+
+def first_question(max_guesses: int) -> str:
+    return f"{max_guesses} guesses left. Your first guess?"
+
+
+@functools.lru_cache(maxsize=16)
+def demonstration(max_guesses: int) -> tuple[Message, ...]:
+    """The example game's turns after the system message, for :data:`DEMO_WORD` played by the game
+    itself with :func:`optimal_policy`, and the message that starts the real game; empty when
+    ``max_guesses`` is too few for it (the first call computes the opening guess: a second)."""
+    if max_guesses < 3:
+        return ()
+    game = Wordle(max_guesses, demonstrate=False)
+    game.secret, game.guesses, game.invalid, game.solved = DEMO_WORD, 0, 0, False
+    system = {"role": "system", "content": rules(max_guesses)}
+    turns: list[Message] = [{"role": "user", "content": first_question(max_guesses)}]
+    while True:
+        text = optimal_policy([system, *turns])
+        step = game.step(text)
+        turns.append({"role": "assistant", "content": text})
+        if step.done:
+            break
+        turns.extend(step.messages)
+    if not game.solved:
+        raise AssertionError(f"wordle: the demonstration does not find {DEMO_WORD}")
+    over = f"Right, it was {DEMO_WORD}. {EXAMPLE_OVER} Now I have a new word. {first_question(max_guesses)}"
+    return (*turns, {"role": "user", "content": over})
 
 
 def _left(n: int) -> str:

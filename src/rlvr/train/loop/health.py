@@ -58,6 +58,38 @@ class ErrorEcho:
                     )
 
 
+HACK_SUFFIX = "process_unanswered"  # an environment's outcome: earned process reward, never answered
+HACK_WARN_AT = 0.5  # a step where more than this share of the episodes did so is warned about
+
+
+class HackWatch:
+    """Warns, once per run, when most of a step's episodes earned an environment's process reward
+    without attempting the task (an outcome named ``*process_unanswered``, e.g. the search
+    environment's: it found the gold document and never answered). The share is in metrics.jsonl
+    at every step; this makes a run farming a shaped reward visible while it runs."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.warned = False
+
+    def observe(self, step: int, metrics: dict[str, float]) -> str | None:
+        """The warning printed for this step's metrics, if any (None when quiet or said before)."""
+        if self.warned:
+            return None
+        for key, share in metrics.items():
+            if key.endswith(HACK_SUFFIX) and share > HACK_WARN_AT:
+                self.warned = True
+                message = (
+                    f"step {step}: {share:.0%} of the episodes earned process reward and never answered "
+                    f"({key} in metrics.jsonl): the policy may be farming the shaped reward"
+                )
+                self.console.print(
+                    f"[bold yellow]reward hacking?[/bold yellow] {escape(message)}", highlight=False
+                )
+                return message
+        return None
+
+
 def reward_calls(pool: Any) -> dict[str, float]:
     """``{"reward_calls": n, "reward_errors": failed}`` of a reward pool since it started (its
     components' calls; a routing reward's per-route counts are not counted twice)."""

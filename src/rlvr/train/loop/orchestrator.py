@@ -40,7 +40,7 @@ from rlvr.train.loop.async_collect import AsyncCollector, Batch
 from rlvr.train.loop.budget import over_budget, stop_message
 from rlvr.train.loop.engine_sync import engine_and_sync
 from rlvr.train.loop.header import run_header
-from rlvr.train.loop.health import ErrorEcho, reward_calls
+from rlvr.train.loop.health import ErrorEcho, HackWatch, reward_calls
 from rlvr.train.loop.run_dir import prepare_run_dir
 from rlvr.train.loop.sinks import with_sinks
 from rlvr.train.loop.skips import SkipMonitor, kept_in_seen, skip_metrics, trajectory_rows
@@ -122,6 +122,7 @@ class Orchestrator:
         self.step, self.elapsed = 0, 0.0
         self.steps_run = self.updates = 0  # by this process (a resumed run: since the resume)
         self.error_echo = ErrorEcho(self.console)  # the first reward error of each kind, with its text
+        self.hack_watch = HackWatch(self.console)  # a step whose episodes farm a process reward
         self.pipeline_step = 0  # the step whose batch the background collector was last allowed
         self.carried: list[Batch] = []  # a checkpoint's sampled, untrained batches (async resume)
         self.save_s = 0.0  # the last checkpoint's wall time (time budget)
@@ -233,6 +234,7 @@ class Orchestrator:
             t_collect = time.perf_counter() - t0
             metrics = dict(collection.metrics)
         self.error_echo.observe(collection.seen)
+        self.hack_watch.observe(self.step + 1, metrics)
         metrics.update(skip_metrics(collection.seen, kept_in_seen(collection)))  # groups/skipped/<reason>
         if collection.kept:
             metrics.update(self.learner.update(collection.kept, collection.seen))

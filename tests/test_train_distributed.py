@@ -35,6 +35,7 @@ def _models_built_once() -> None:
     smollm2_dir()
     tiny_random_dir()
 
+
 SRC = HERE.parent / "src"
 
 # Each case builds a fresh tiny-random learner and updates it on fixed synthetic groups (varied

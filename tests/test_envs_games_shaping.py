@@ -173,9 +173,10 @@ def test_guess_number_doing_nothing_earns_nothing():
 
 def test_guess_number_ruled_out_guesses_earn_nothing_and_no_turn_is_negative():
     env = _number(secret=37)
-    rewards, _ = _play(env, [f"<guess>{n}</guess>" for n in (50, 90, 50, 60, 50, 90, 50)])
-    assert rewards[0] > 0 and rewards[1:] == [0.0] * 6  # 90, 50, 60 were already ruled out by "Lower"
-    assert sum(rewards) == pytest.approx(P * _phi(49))
+    rewards, _ = _play(env, [f"<guess>{n}</guess>" for n in (50, 25, 90, 10, 50, 20, 1)])
+    # 50 (Lower) and 25 (Higher) leave 26..49; the rest were ruled out already, above and below
+    assert rewards[0] > 0 and rewards[1] > 0 and rewards[2:] == [0.0] * 5
+    assert sum(rewards) == pytest.approx(P * _phi(24))
 
 
 def test_guess_number_losing_after_progress_earns_less_than_any_win_more_than_nothing():

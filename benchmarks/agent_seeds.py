@@ -1,0 +1,204 @@
+"""Agents on every seed: each agent recipe trained at three seeds (search also on two corpora), then
+one table of held-out before / after, turns, tool calls and minutes, and the curves of one run each.
+
+    python benchmarks/agent_seeds.py run [--only search] [--parallel 2]   # train (runs/agents/<run>)
+    python benchmarks/agent_seeds.py summarize                            # table + docs/img plot
+
+Each run is ``rlvr train recipes/<recipe>.yaml seed=S data.seed=S`` with ``model.threads=1``, pinned
+to one core (``taskset``), ``--parallel`` of them at once (the machine has 2 cores). A run's minutes
+are its wall time from the first to the last write of its run directory (model loading, both evals
+and training included). ``summarize`` prints the markdown table that docs/agents.md holds, writes
+``runs/agents/summary.json`` and draws ``docs/img/agent_curves.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "runs" / "agents"
+SEEDS = (0, 1, 2)
+
+
+def _search(seed: int, corpus: int) -> tuple[str, str, list[str]]:
+    config = f"data.task_config={{corpus_size: 200, corpus_seed: {corpus}, hops: [1]}}"
+    return f"search-s{seed}-c{corpus}", "search_agent", [f"seed={seed}", f"data.seed={seed}", config]
+
+
+PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
+    "search": [_search(s, c) for c in (0, 1) for s in SEEDS],
+    **{
+        recipe: [(f"{recipe.replace('_', '-')}-s{s}", recipe, [f"seed={s}", f"data.seed={s}"]) for s in SEEDS]
+        for recipe in ("python_tool", "guess_number", "frozenlake", "wordle")
+    },
+}
+# the per-episode action count each recipe's table shows beside turns
+ACTIONS = {
+    "search": ("searches", "eval/env/searches"),
+    "python_tool": ("tool calls", "eval/tool_calls"),
+    "guess_number": ("valid guesses", "eval/env/moves"),
+    "frozenlake": ("valid moves", "eval/env/moves"),
+    "wordle": ("valid guesses", "eval/env/moves"),
+}
+
+
+def run(names: list[tuple[str, str, list[str]]], parallel: int) -> None:
+    """Train every run not trained yet, ``parallel`` at once, each on its own core."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    todo = [n for n in names if not (OUT / n[0] / "metrics.jsonl").exists()]
+    live: dict[int, subprocess.Popen] = {}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    while todo or live:
+        for core, proc in list(live.items()):
+            if proc.poll() is not None:
+                del live[core]
+        free = [c for c in range(parallel) if c not in live]
+        while todo and free:
+            name, recipe, overrides = todo.pop(0)
+            core = free.pop(0)
+            cmd = [
+                "taskset", "-c", str(core), sys.executable, "-m", "rlvr.cli", "train",
+                str(ROOT / "recipes" / f"{recipe}.yaml"), *overrides, "model.threads=1",
+                f"output_dir={OUT}", f"name={name}", "--quiet",
+            ]  # fmt: skip
+            print(f"{time.strftime('%H:%M:%S')} start {name} on core {core}", flush=True)
+            live[core] = subprocess.Popen(
+                cmd, stdout=(OUT / f"{name}.log").open("w"), stderr=subprocess.STDOUT, env=env
+            )
+        time.sleep(5)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize_run(name: str, recipe_key: str) -> dict | None:
+    """Before / after / steps / minutes of one finished run (None if it has not finished)."""
+    run_dir = OUT / name
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.exists():
+        return None
+    rows = _rows(metrics)
+    before = next((r for r in rows if r.get("phase") == "before"), None)
+    after = next((r for r in rows if r.get("phase") == "after"), None)
+    if before is None or after is None:
+        return None
+    train = [r for r in rows if r.get("phase") == "train"]
+    action_key = ACTIONS[recipe_key][1]
+    return {
+        "run": name,
+        "recipe": recipe_key,
+        "size": int(after.get("eval/size", 0)),
+        "before": before["eval/accuracy"],
+        "after": after["eval/accuracy"],
+        "turns_before": before.get("eval/turns", 0.0),
+        "turns_after": after.get("eval/turns", 0.0),
+        "actions_before": before.get(action_key, 0.0),
+        "actions_after": after.get(action_key, 0.0),
+        "unanswered_farming_after": after.get("eval/env/process_unanswered"),
+        "steps": len(train),
+        "minutes": (metrics.stat().st_mtime - (run_dir / "config.yaml").stat().st_mtime) / 60,
+        "train": [
+            {
+                "step": r["step"],
+                "accuracy": r.get("train/accuracy", 0.0),
+                "turns": r.get("env/turns", 0.0),
+                "process_unanswered": r.get("reward/env/process_unanswered"),
+            }
+            for r in train
+        ],
+    }
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| recipe | run | held-out before → after (n) | turns / episode | actions / episode | steps | min |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        label = ACTIONS[r["recipe"]][0]
+        lines.append(
+            f"| {r['recipe']} | {r['run']} | {r['before']:.1%} → **{r['after']:.1%}** ({r['size']}) | "
+            f"{r['turns_before']:.2f} → {r['turns_after']:.2f} | {label}: {r['actions_before']:.2f} → "
+            f"{r['actions_after']:.2f} | {r['steps']} | {r['minutes']:.0f} |"
+        )
+    lines.append("")
+    lines.append("| recipe | runs | after: mean ± sd (min – max) | gain over before: mean |")
+    lines.append("|---|---|---|---|")
+    for recipe in PLAN:
+        got = [r for r in results if r["recipe"] == recipe]
+        if not got:
+            continue
+        after = [r["after"] for r in got]
+        mean = sum(after) / len(after)
+        sd = math.sqrt(sum((a - mean) ** 2 for a in after) / (len(after) - 1)) if len(after) > 1 else 0.0
+        gain = sum(r["after"] - r["before"] for r in got) / len(got)
+        spread = f"{mean:.1%} ± {sd:.1%} ({min(after):.1%} – {max(after):.1%})"
+        lines.append(f"| {recipe} | {len(got)} | {spread} | {gain:+.1%} |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> bool:
+    """Training accuracy per step (and turns per episode) of the first finished run of each recipe."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    firsts = [
+        next(r for r in results if r["recipe"] == k) for k in PLAN if any(r["recipe"] == k for r in results)
+    ]
+    if not firsts:
+        return False
+    fig, axes = plt.subplots(1, len(firsts), figsize=(3.2 * len(firsts), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], firsts, strict=True):
+        steps = [t["step"] for t in r["train"]]
+        ax.plot(steps, [t["accuracy"] for t in r["train"]], marker=".", label="train accuracy")
+        ax.scatter([0, steps[-1] if steps else 1], [r["before"], r["after"]], color="black", zorder=3,
+                   label="held-out (greedy)")  # fmt: skip
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("step")
+        ax.set_title(r["run"], fontsize=9)
+        turns = ax.twinx()
+        turns.plot(
+            steps, [t["turns"] for t in r["train"]], color="grey", linestyle=":", label="turns / episode"
+        )
+        turns.set_ylim(0, max([t["turns"] for t in r["train"]] + [1]) * 1.1)
+        if ax is axes[0][0]:
+            ax.set_ylabel("accuracy")
+            ax.legend(fontsize=7, loc="upper left")
+            turns.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("run", "summarize"))
+    parser.add_argument("--only", action="append", default=[], help=f"recipes to run: {', '.join(PLAN)}")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once, one core each")
+    parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "agent_curves.png"))
+    args = parser.parse_args()
+    chosen = [k for k in PLAN if not args.only or k in args.only]
+    if args.mode == "run":
+        run([entry for k in chosen for entry in PLAN[k]], args.parallel)
+    results = [s for k in chosen for name, _, _ in PLAN[k] if (s := summarize_run(name, k)) is not None]
+    print(table(results))
+    (OUT / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    if plot(results, Path(args.plot)):
+        print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,10 +4,12 @@ one table of held-out before / after, turns, tool calls and minutes, and the cur
     python benchmarks/agent_seeds.py run [--only search] [--parallel 2]   # train (runs/agents/<run>)
     python benchmarks/agent_seeds.py summarize                            # table + docs/img plot
 
-Each run is ``rlvr train recipes/<recipe>.yaml seed=S data.seed=S`` with ``model.threads=1``, pinned
+Each run is ``rlvr train recipes/<recipe>.yaml seed=S`` with ``model.threads=1`` (PLAN: the held-out
+set of a search corpus, and of a game, is the same for the three seeds, so one run of each evaluates
+before training and the others share its number), pinned
 to one core (``taskset``), ``--parallel`` of them at once (the machine has 2 cores). A run's minutes
-are its wall time from the first to the last write of its run directory (model loading, both evals
-and training included). ``summarize`` prints the markdown table that docs/agents.md holds, writes
+are its wall time from launch to the last write of its run directory (model loading, evals and
+training included). ``summarize`` prints the markdown table that docs/agents.md holds, writes
 ``runs/agents/summary.json`` and draws ``docs/img/agent_curves.png``.
 """
 
@@ -28,16 +30,32 @@ SEEDS = (0, 1, 2)
 
 
 def _search(seed: int, corpus: int) -> tuple[str, str, list[str]]:
+    """Corpus ``corpus``'s held-out set is drawn by data.seed = corpus for every training seed, so
+    only the run at seed == corpus evaluates before training (greedy: the same number for all)."""
     config = f"data.task_config={{corpus_size: 200, corpus_seed: {corpus}, hops: [1]}}"
-    return f"search-s{seed}-c{corpus}", "search_agent", [f"seed={seed}", f"data.seed={seed}", config]
+    before = [] if seed == corpus else ["eval.before=false"]
+    return (
+        f"search-s{seed}-c{corpus}",
+        "search_agent",
+        [f"seed={seed}", f"data.seed={corpus}", config, *before],
+    )
+
+
+def _game(recipe: str, seed: int) -> tuple[str, str, list[str]]:
+    """One held-out set (data.seed=0) for the three training seeds; seed 0 evaluates before."""
+    before = [] if seed == 0 else ["eval.before=false"]
+    return f"{recipe.replace('_', '-')}-s{seed}", recipe, [f"seed={seed}", "data.seed=0", *before]
 
 
 PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "search": [_search(s, c) for c in (0, 1) for s in SEEDS],
-    **{
-        recipe: [(f"{recipe.replace('_', '-')}-s{s}", recipe, [f"seed={s}", f"data.seed={s}"]) for s in SEEDS]
-        for recipe in ("python_tool", "guess_number", "frozenlake", "wordle")
-    },
+    "python_tool": [(f"python-tool-s{s}", "python_tool", [f"seed={s}", f"data.seed={s}"]) for s in SEEDS],
+    **{recipe: [_game(recipe, s) for s in SEEDS] for recipe in ("guess_number", "frozenlake", "wordle")},
+}
+# the run whose before-training eval a run without one shares (same held-out set, same base model)
+BEFORE_FROM = {
+    **{f"search-s{s}-c{c}": f"search-s{c}-c{c}" for s in SEEDS for c in (0, 1)},
+    **{f"{g}-s{s}": f"{g}-s0" for g in ("guess-number", "frozenlake", "wordle") for s in SEEDS},
 }
 # the per-episode action count each recipe's table shows beside turns
 ACTIONS = {
@@ -69,6 +87,7 @@ def run(names: list[tuple[str, str, list[str]]], parallel: int) -> None:
                 f"output_dir={OUT}", f"name={name}", "--quiet",
             ]  # fmt: skip
             print(f"{time.strftime('%H:%M:%S')} start {name} on core {core}", flush=True)
+            (OUT / f"{name}.started").write_text(f"{time.time()}\n")
             live[core] = subprocess.Popen(
                 cmd, stdout=(OUT / f"{name}.log").open("w"), stderr=subprocess.STDOUT, env=env
             )
@@ -79,6 +98,12 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _started(name: str) -> float:
+    """When the run was launched (written by :func:`run`; else its config's first write)."""
+    mark = OUT / f"{name}.started"
+    return float(mark.read_text()) if mark.exists() else (OUT / name / "config.yaml").stat().st_mtime
+
+
 def summarize_run(name: str, recipe_key: str) -> dict | None:
     """Before / after / steps / minutes of one finished run (None if it has not finished)."""
     run_dir = OUT / name
@@ -87,6 +112,10 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         return None
     rows = _rows(metrics)
     before = next((r for r in rows if r.get("phase") == "before"), None)
+    for sibling in (BEFORE_FROM.get(name, name), name.rsplit("-s", 1)[0] + "-before"):
+        shared = OUT / sibling / "metrics.jsonl"
+        if before is None and shared.exists():  # eval.before=false: a sibling's (same set and model)
+            before = next((r for r in _rows(shared) if r.get("phase") == "before"), None)
     after = next((r for r in rows if r.get("phase") == "after"), None)
     if before is None or after is None:
         return None
@@ -104,7 +133,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "actions_after": after.get(action_key, 0.0),
         "unanswered_farming_after": after.get("eval/env/process_unanswered"),
         "steps": len(train),
-        "minutes": (metrics.stat().st_mtime - (run_dir / "config.yaml").stat().st_mtime) / 60,
+        "minutes": (metrics.stat().st_mtime - _started(name)) / 60,
         "train": [
             {
                 "step": r["step"],

@@ -41,7 +41,7 @@ def _params(slow: bool) -> list:
         if path.stem in UNWIRED:
             marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=UNWIRED[path.stem]))
         if path.stem in NEEDS_BWRAP and sandbox.backend_name() != "bwrap":
-            marks.append(pytest.mark.skip(reason="the python tool runs code only in bubblewrap (not installed)"))
+            marks.append(pytest.mark.skip(reason="the python tool runs code only in bubblewrap"))
         params.append(pytest.param(path, id=path.stem, marks=marks))
     return params
 

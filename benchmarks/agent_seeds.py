@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "agents"
 SEEDS = (0, 1, 2)
@@ -121,12 +123,19 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         return None
     train = [r for r in rows if r.get("phase") == "train"]
     action_key = ACTIONS[recipe_key][1]
+    rollout = yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]
+    episodes = rollout["prompts_per_step"] * rollout["group_size"]
+    reevaluated = OUT / f"eval-{name}.json"  # the final checkpoint evaluated again (see the docs)
+    again = json.loads(reevaluated.read_text()) if reevaluated.exists() else None
     return {
         "run": name,
         "recipe": recipe_key,
         "size": int(after.get("eval/size", 0)),
         "before": before["eval/accuracy"],
         "after": after["eval/accuracy"],
+        "after_errors": after.get("eval/reward_errors", 0.0),
+        "reevaluated": None if again is None else again["eval/accuracy"],
+        "reevaluated_errors": None if again is None else again.get("eval/reward_errors", 0.0),
         "turns_before": before.get("eval/turns", 0.0),
         "turns_after": after.get("eval/turns", 0.0),
         "actions_before": before.get(action_key, 0.0),
@@ -138,7 +147,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
             {
                 "step": r["step"],
                 "accuracy": r.get("train/accuracy", 0.0),
-                "turns": r.get("env/turns", 0.0),
+                "turns": r.get("env/turns", 0.0) / episodes,
                 "process_unanswered": r.get("reward/env/process_unanswered"),
             }
             for r in train
@@ -153,8 +162,13 @@ def table(results: list[dict]) -> str:
     ]
     for r in results:
         label = ACTIONS[r["recipe"]][0]
+        after = f"**{r['after']:.1%}**"
+        if r["after_errors"]:
+            after += f" ({r['after_errors']:.0f} env errors)"
+        if r["reevaluated"] is not None:
+            after = f"{after}; again: **{r['reevaluated']:.1%}** ({r['reevaluated_errors']:.0f} errors)"
         lines.append(
-            f"| {r['recipe']} | {r['run']} | {r['before']:.1%} → **{r['after']:.1%}** ({r['size']}) | "
+            f"| {r['recipe']} | {r['run']} | {r['before']:.1%} → {after} ({r['size']}) | "
             f"{r['turns_before']:.2f} → {r['turns_after']:.2f} | {label}: {r['actions_before']:.2f} → "
             f"{r['actions_after']:.2f} | {r['steps']} | {r['minutes']:.0f} |"
         )
@@ -165,10 +179,10 @@ def table(results: list[dict]) -> str:
         got = [r for r in results if r["recipe"] == recipe]
         if not got:
             continue
-        after = [r["after"] for r in got]
+        after = [r["after"] if r["reevaluated"] is None else r["reevaluated"] for r in got]
         mean = sum(after) / len(after)
         sd = math.sqrt(sum((a - mean) ** 2 for a in after) / (len(after) - 1)) if len(after) > 1 else 0.0
-        gain = sum(r["after"] - r["before"] for r in got) / len(got)
+        gain = sum(a - r["before"] for a, r in zip(after, got, strict=True)) / len(got)
         spread = f"{mean:.1%} ± {sd:.1%} ({min(after):.1%} – {max(after):.1%})"
         lines.append(f"| {recipe} | {len(got)} | {spread} | {gain:+.1%} |")
     return "\n".join(lines)

@@ -53,11 +53,29 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "search": [_search(s, c) for c in (0, 1) for s in SEEDS],
     "python_tool": [(f"python-tool-s{s}", "python_tool", [f"seed={s}", f"data.seed={s}"]) for s in SEEDS],
     **{recipe: [_game(recipe, s) for s in SEEDS] for recipe in ("guess_number", "frozenlake", "wordle")},
+    # the games again with 20 minutes of training (the recipes' 6 minutes are 2-3 steps here)
+    **{
+        f"{recipe}_long": [
+            (
+                f"{recipe.replace('_', '-')}-long-s0",
+                recipe,
+                [
+                    "seed=0",
+                    "data.seed=0",
+                    "eval.before=false",
+                    "train.time_limit_s=1200",
+                    "train.time_budget_s=null",
+                ],
+            )
+        ]
+        for recipe in ("guess_number", "frozenlake")
+    },
 }
 # the run whose before-training eval a run without one shares (same held-out set, same base model)
 BEFORE_FROM = {
     **{f"search-s{s}-c{c}": f"search-s{c}-c{c}" for s in SEEDS for c in (0, 1)},
     **{f"{g}-s{s}": f"{g}-s0" for g in ("guess-number", "frozenlake", "wordle") for s in SEEDS},
+    **{f"{g}-long-s0": f"{g}-s0" for g in ("guess-number", "frozenlake")},
 }
 # the per-episode action count each recipe's table shows beside turns
 ACTIONS = {
@@ -66,6 +84,8 @@ ACTIONS = {
     "guess_number": ("valid guesses", "eval/env/moves"),
     "frozenlake": ("valid moves", "eval/env/moves"),
     "wordle": ("valid guesses", "eval/env/moves"),
+    "guess_number_long": ("valid guesses", "eval/env/moves"),
+    "frozenlake_long": ("valid moves", "eval/env/moves"),
 }
 
 
@@ -114,7 +134,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         return None
     rows = _rows(metrics)
     before = next((r for r in rows if r.get("phase") == "before"), None)
-    for sibling in (BEFORE_FROM.get(name, name), name.rsplit("-s", 1)[0] + "-before"):
+    for sibling in (BEFORE_FROM.get(name, name), name.split("-s")[0].removesuffix("-long") + "-before"):
         shared = OUT / sibling / "metrics.jsonl"
         if before is None and shared.exists():  # eval.before=false: a sibling's (same set and model)
             before = next((r for r in _rows(shared) if r.get("phase") == "before"), None)

@@ -54,6 +54,7 @@ from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
 from rlvr.envs.guess_number import check_demonstrate, check_progress_reward
+from rlvr.envs.scripted import play_scripted
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"<move>\s*(\w+)\s*</move>", re.IGNORECASE)
@@ -306,14 +307,8 @@ def demonstration(max_moves: int) -> tuple[Message, ...]:
         return ()
     game = FrozenLake(len(DEMO_BOARD), holes, max_moves, demonstrate=False)
     game._start(DEMO_BOARD)
-    turns: list[Message] = [{"role": "user", "content": game._observation()}]
-    while True:
-        text = optimal_policy([{"role": "system", "content": RULES}, *turns])
-        step = game.step(text)
-        turns.append({"role": "assistant", "content": text})
-        if step.done:
-            break
-        turns.extend(step.messages)
+    system: Message = {"role": "system", "content": RULES}
+    turns = play_scripted(game, system, {"role": "user", "content": game._observation()}, optimal_policy)
     if not game.solved:
         raise AssertionError("frozenlake: the demonstration does not reach G")
     return (*turns, {"role": "user", "content": f"You reached G. {EXAMPLE_OVER} Now your own lake:"})

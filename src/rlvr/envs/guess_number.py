@@ -42,6 +42,7 @@ from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
+from rlvr.envs.scripted import play_scripted
 
 _GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>", re.IGNORECASE)
 # starts the user message that ends the demonstration and opens the real game
@@ -236,14 +237,7 @@ def demonstration(high: int, max_guesses: int) -> tuple[Message, ...]:
     game = GuessNumber(high, max_guesses, demonstrate=False)
     game._start(secret)
     system = {"role": "system", "content": rules(high, max_guesses)}
-    turns: list[Message] = [{"role": "user", "content": FIRST_QUESTION}]
-    while True:
-        text = optimal_policy([system, *turns])
-        step = game.step(text)
-        turns.append({"role": "assistant", "content": text})
-        if step.done:
-            break
-        turns.extend(step.messages)
+    turns = play_scripted(game, system, {"role": "user", "content": FIRST_QUESTION}, optimal_policy)
     if not game.solved:
         raise AssertionError(f"guess_number: the demonstration does not win (high={high})")
     over = f"Right, it was {secret}. {EXAMPLE_OVER} Now I am thinking of a new number. {FIRST_QUESTION}"

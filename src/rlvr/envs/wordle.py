@@ -45,6 +45,7 @@ from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
+from rlvr.envs.scripted import play_scripted
 from rlvr.envs.wordle_words import WORDS
 
 CORRECT, PRESENT, ABSENT = "correct", "present", "absent"
@@ -242,14 +243,9 @@ def demonstration(max_guesses: int) -> tuple[Message, ...]:
     game = Wordle(max_guesses, demonstrate=False)
     game.secret, game.guesses, game.invalid, game.solved = DEMO_WORD, 0, 0, False
     system = {"role": "system", "content": rules(max_guesses)}
-    turns: list[Message] = [{"role": "user", "content": first_question(max_guesses)}]
-    while True:
-        text = optimal_policy([system, *turns])
-        step = game.step(text)
-        turns.append({"role": "assistant", "content": text})
-        if step.done:
-            break
-        turns.extend(step.messages)
+    turns = play_scripted(
+        game, system, {"role": "user", "content": first_question(max_guesses)}, optimal_policy
+    )
     if not game.solved:
         raise AssertionError(f"wordle: the demonstration does not find {DEMO_WORD}")
     over = f"Right, it was {DEMO_WORD}. {EXAMPLE_OVER} Now I have a new word. {first_question(max_guesses)}"

@@ -52,6 +52,12 @@ class SftConfig(ChatDataConfig):
     max_length: int = Field(1024, ge=8, description="Longest example (and packed row) in tokens.")
     batch_size: int = Field(8, ge=1, description="Examples per optimizer step.")
     eval_every: int = Field(0, ge=0, description="Held-out loss every N steps (0: before and after only).")
+    player: Literal["optimal"] | None = Field(
+        None,
+        description="Instead of chat data (sft.path): data.*'s training games played by the "
+        "environment's scripted expert (frozenlake, guess_number, wordle), the won ones; held-out "
+        "games give sft/eval_loss. None: chat data.",
+    )
 
 
 class RftConfig(Section):

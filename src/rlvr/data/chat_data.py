@@ -49,12 +49,15 @@ class ChatColumns:
 @dataclass
 class ChatExample:
     """One conversation to train on. ``origin`` says where it was read (``"data.jsonl line 3"``) for
-    errors found later (e.g. by the chat template); ``index`` is its 0-based position in the data."""
+    errors found later (e.g. by the chat template); ``index`` is its 0-based position in the data.
+    Assistant messages before ``first_trained`` are context, never trained (an example game the
+    conversation opens with, :mod:`rlvr.data.env_demos`)."""
 
     messages: list[Message]
     tools: list[dict[str, Any]] | None
     origin: str
     index: int
+    first_trained: int = 0
 
 
 # --------------------------------------------------------------------------------------- loading

@@ -80,7 +80,7 @@ def to_demonstration(
             "model's tokenizer, or set tokenizer.chat_template)"
         )
     messages, where = example.messages, example.origin
-    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i >= example.first_trained]
     if not assistant:
         raise RlvrError(f"{where}: the conversation has no assistant message: there is nothing to train on.")
     if assistant[0] == 0:
@@ -107,7 +107,7 @@ def to_demonstration(
         header_ids = _tokens(tokenizer, header[len(before) :])
         pieces.append((CONTEXT, header_ids))
         turn = _tokens(tokenizer, after[len(header) :])
-        if train_on == "last_assistant" and i != assistant[-1]:
+        if (train_on == "last_assistant" and i != assistant[-1]) or i < example.first_trained:
             pieces.append((CONTEXT, turn))  # an earlier turn, context: not checked for its ending
         else:
             body, tail = _split_turn(tokenizer, turn, after[len(header) :], stop, where, i)

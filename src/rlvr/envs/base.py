@@ -18,7 +18,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from rlvr.data.example import Example
 from rlvr.registry import Registry
@@ -47,6 +47,10 @@ class Environment(ABC):
     at a closing tag (``</tool_call>``) rather than at the end of the message."""
 
     stop_strings: tuple[str, ...] = ()
+    # A scripted player (``messages -> text``) that plays the game well: the source of expert
+    # demonstrations for SFT (``sft.player: optimal``, :mod:`rlvr.data.env_demos`); None when the
+    # environment has none (a tool, a search).
+    expert: ClassVar[Callable[[list[Message]], str] | None] = None
 
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         """The conversation the model answers first (default: the example's prompt)."""

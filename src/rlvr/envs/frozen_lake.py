@@ -212,6 +212,7 @@ class FrozenLake(Environment):
     """
 
     stop_strings = ("</move>",)
+    expert = staticmethod(optimal_policy)  # the SFT demonstrations of sft.player: optimal
     # what a data row's env_params may set (rlvr.envs.data_params); bounds keep a board cheap to draw
     data_params = {
         "size": DataParam(int, 2, 16),

@@ -108,6 +108,7 @@ class GuessNumber(Environment):
     ``invalid_actions`` and ``progress`` (Φ at the end, 0..1, also when the shaping is off)."""
 
     stop_strings = ("</guess>",)
+    expert = staticmethod(optimal_policy)  # the SFT demonstrations of sft.player: optimal
     # what a data row's env_params may set (rlvr.envs.data_params)
     data_params = {
         "high": DataParam(int, 2, 10**12),

@@ -163,6 +163,7 @@ class Wordle(Environment):
     guesses) and ``invalid_actions``."""
 
     stop_strings = ("</guess>",)
+    expert = staticmethod(optimal_policy)  # the SFT demonstrations of sft.player: optimal
     # what a data row's env_params may set (rlvr.envs.data_params)
     data_params = {
         "max_guesses": DataParam(int, 1, 100),

@@ -116,7 +116,8 @@ def describe_stage(cfg: RunConfig) -> str | None:
         s = cfg.sft
         packed = ", packed" if s.packing else ""
         examples = f"{steps} of {s.batch_size} examples"
-        return f"SFT: cross-entropy on {s.train_on} tokens of {s.path}{packed}; {examples}"
+        source = f"{cfg.data.task} games played by the {s.player} player" if s.player else s.path
+        return f"SFT: cross-entropy on {s.train_on} tokens of {source}{packed}; {examples}"
     if cfg.stage == "rft":
         f = cfg.rft
         return (

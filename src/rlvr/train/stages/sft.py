@@ -76,12 +76,37 @@ def read_chat(section: ChatDataConfig, key: str, held_out: bool = False) -> list
     return examples if held_out or section.limit is None else examples[: section.limit]
 
 
+def expert_demonstrations(cfg: RunConfig, held_out: bool = False) -> list[ChatExample]:
+    """``sft.player``'s games: data.*'s training (``held_out``: held-out) examples played by their
+    environment's expert, the won ones (:mod:`rlvr.data.env_demos`)."""
+    from rlvr.data.env_demos import expert_games
+    from rlvr.data.from_config import load_datasets
+
+    if cfg.sft.path or cfg.sft.eval_path:
+        raise RlvrError(
+            f"sft.player={cfg.sft.player} plays its demonstrations: leave sft.path and sft.eval_path out "
+            f"(they are {cfg.sft.path!r} and {cfg.sft.eval_path!r}), or set sft.player=null to train on them"
+        )
+    data = load_datasets(cfg.data)
+    examples = data.held_out if held_out else data.train
+    if not held_out and cfg.sft.limit is not None:
+        examples = examples[: cfg.sft.limit]
+    games = expert_games(cfg, examples, "held-out" if held_out else "training")
+    Console(stderr=True).print(
+        f"sft.player={cfg.sft.player}: {games.played:,} {'held-out' if held_out else 'training'} games of "
+        f"data.task={cfg.data.task} played by the environment's expert, {games.lost:,} lost (left out)",
+        highlight=False,
+    )
+    return games.examples
+
+
 def load_demonstrations(cfg: RunConfig, tokenizer: Any, held_out: bool = False) -> list[Trajectory] | None:
     """Every conversation of the stage's chat data as a demonstration (``held_out``: the held-out
     set, ``None`` when there is none). All rows are converted before any is used; the failures are
     raised together (the first few, and how many), each naming its row."""
     key, section = data_section(cfg)
-    examples = read_chat(section, key, held_out)
+    examples = expert_demonstrations(cfg, held_out) if key == "sft" and cfg.sft.player else None
+    examples = examples if examples is not None else read_chat(section, key, held_out)
     if examples is None:
         return None
     trajectories, failures = [], []
@@ -113,8 +138,10 @@ class DemonstrationSource:
         self.sampler = PromptSampler(len(self.demonstrations), cfg.seed)
         trained = sum(t.num_trained for t in self.demonstrations)
         per_epoch = -(-len(self.demonstrations) // cfg.sft.batch_size)
+        expert = self.key == "sft" and cfg.sft.player
+        where = f"games played by the {cfg.sft.player} player" if expert else section.path
         Console(stderr=True).print(
-            f"{cfg.stage}: {len(self.demonstrations):,} demonstrations from {section.path} "
+            f"{cfg.stage}: {len(self.demonstrations):,} demonstrations from {where} "
             f"({trained:,} trained tokens, sft.train_on={cfg.sft.train_on}); {cfg.sft.batch_size} a step, "
             f"{per_epoch} steps an epoch",
             highlight=False,
@@ -202,6 +229,8 @@ class CrossEntropy:
             self.held_out = load_demonstrations(cfg, load_tokenizer(cfg.model.name), held_out=True)
             section = cfg.sft
             where = section.eval_path or f"{section.path} [{section.eval_split}]"
+            if section.player:
+                where = f"held-out games played by the {section.player} player"
             Console(stderr=True).print(
                 f"sft: held-out loss (sft/eval_loss) on {len(self.held_out):,} demonstrations of {where}"
                 if self.held_out

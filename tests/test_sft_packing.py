@@ -103,8 +103,8 @@ def test_packed_equals_unpacked_logprobs_loss_and_gradients(model, examples, att
 
     split, split_mask = per_example(logprobs.detach(), rows), per_example(mask, rows)
     for index, (ref, ref_mask) in enumerate(zip(ref_logprobs, ref_masks)):
-        torch.testing.assert_close(split[index], ref.detach(), atol=1e-5, rtol=1e-5)
-        assert torch.equal(split_mask[index], ref_mask)
+        assert torch.equal(split_mask[index], ref_mask)  # logprobs at the trained tokens, 0 elsewhere
+        torch.testing.assert_close(split[index], ref.detach() * ref_mask, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(packed_loss, ref_loss, atol=1e-6, rtol=1e-6)
     assert packed_grads.keys() == ref_grads.keys() and len(packed_grads) > 0
     for name, grad in packed_grads.items():
@@ -134,11 +134,11 @@ def test_rows_of_different_lengths_pad_without_changing_anything(model) -> None:
     assert [len(row) for row in rows] == [20, 13]
     with torch.no_grad():
         logprobs, mask = packed_token_logprobs(model, rows)
-        alone, _ = unpacked_token_logprobs(model, examples)
+        alone, masks = unpacked_token_logprobs(model, examples)
     assert mask[1, 13:].sum() == 0 and (logprobs[1, 13:] == 0).all()
     split = per_example(logprobs, rows)
-    for index, ref in enumerate(alone):
-        torch.testing.assert_close(split[index], ref, atol=1e-5, rtol=1e-5)
+    for index, (ref, ref_mask) in enumerate(zip(alone, masks)):
+        torch.testing.assert_close(split[index], ref * ref_mask, atol=1e-5, rtol=1e-5)
 
 
 def test_sft_loss_is_the_token_mean_over_all_trained_tokens() -> None:

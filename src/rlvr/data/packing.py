@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlvr.train.learn.token_logprobs import token_logprobs
+
 from rlvr.errors import RlvrError
 from rlvr.trajectory import Trajectory
 
@@ -133,13 +135,43 @@ def packed_token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logprobs, mask)``, both [R, L] float32, of packed ``rows`` in one forward pass: position ids
     restart per example and no attention mask is given, so transformers builds the block-diagonal
-    causal mask (module docstring). A logprob across a boundary (an example's first token, predicted
-    from the previous example) and pads are 0 with mask 0."""
+    causal mask (module docstring). Logprobs are computed at the trained tokens only (mask 1); the
+    others, a token across a boundary (an example's first, predicted from the previous example) and
+    pads are 0 with mask 0.
+
+    The LM head runs only at the positions that predict a trained token: in a multi-turn
+    demonstration most tokens are context (a game's board, a tool's output), and the head's
+    [tokens, vocabulary] product and its log-softmax (V = 49,152 for SmolLM2) cost about a fifth of
+    the forward pass and most of its memory when taken at every position."""
     device = next(model.parameters()).device
     ids, positions, mask, starts = _row_tensors(rows, device)
-    logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits
-    logprobs = _next_token_logprobs(logits, ids).masked_fill(starts, 0.0)
-    return logprobs, mask.masked_fill(starts, 0.0)
+    mask = mask.masked_fill(starts, 0.0)
+    split = _body_and_head(model)
+    if split is None:  # a model whose logits are not head(hidden): every position, as before
+        logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits
+        return _next_token_logprobs(logits, ids).masked_fill(mask == 0, 0.0), mask
+    body, head = split
+    hidden = body(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+    row, col = (mask[:, 1:] > 0).nonzero(as_tuple=True)  # hidden state at col predicts token col + 1
+    chosen, _ = token_logprobs(head(hidden[row, col]), ids[row, col + 1], 1.0, False)
+    logprobs = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+    return logprobs.index_put((row, col + 1), chosen), mask
+
+
+def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(the decoder that returns hidden states, the LM head) of a causal LM whose logits are exactly
+    ``head(hidden)``; None for anything else (a wrapper, softcapped or scaled logits)."""
+    config = getattr(model, "config", None)
+    inner = getattr(model, getattr(model, "base_model_prefix", "") or "model", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if config is None or inner is None or inner is model or not isinstance(head, torch.nn.Linear):
+        return None
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None) not in (
+        None,
+        1.0,
+    ):
+        return None
+    return inner, head
 
 
 def unpacked_token_logprobs(

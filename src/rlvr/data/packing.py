@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.train.learn.token_logprobs import token_logprobs
-
 from rlvr.errors import RlvrError
+from rlvr.train.learn.token_logprobs import token_logprobs
 from rlvr.trajectory import Trajectory
 
 Example = tuple[list[int], list[float]]

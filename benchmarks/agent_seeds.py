@@ -53,6 +53,11 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "search": [_search(s, c) for c in (0, 1) for s in SEEDS],
     "python_tool": [(f"python-tool-s{s}", "python_tool", [f"seed={s}", f"data.seed={s}"]) for s in SEEDS],
     **{recipe: [_game(recipe, s) for s in SEEDS] for recipe in ("guess_number", "frozenlake", "wordle")},
+    # the games as SFT on the expert's games, then GRPO (pipelines: runs/agents/<run>/{sft,rl})
+    **{
+        f"{game}_sft_rl": [_game(f"{game}_sft_rl", s) for s in SEEDS]
+        for game in ("guess_number", "frozenlake", "wordle")
+    },
     # number guessing again with 20 minutes of training (the recipes' 6 minutes are 2-3 steps here)
     **{
         f"{recipe}_long": [
@@ -74,7 +79,12 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
 # the run whose before-training eval a run without one shares (same held-out set, same base model)
 BEFORE_FROM = {
     **{f"search-s{s}-c{c}": f"search-s{c}-c{c}" for s in SEEDS for c in (0, 1)},
-    **{f"{g}-s{s}": f"{g}-s0" for g in ("guess-number", "frozenlake", "wordle") for s in SEEDS},
+    **{
+        f"{g}{kind}-s{s}": f"{g}{kind}-s0"
+        for g in ("guess-number", "frozenlake", "wordle")
+        for kind in ("", "-sft-rl")
+        for s in SEEDS
+    },
     "guess-number-long-s0": "guess-number-s0",
 }
 # the per-episode action count each recipe's table shows beside turns
@@ -85,13 +95,16 @@ ACTIONS = {
     "frozenlake": ("valid moves", "eval/env/moves"),
     "wordle": ("valid guesses", "eval/env/moves"),
     "guess_number_long": ("valid guesses", "eval/env/moves"),
+    "guess_number_sft_rl": ("valid guesses", "eval/env/moves"),
+    "frozenlake_sft_rl": ("valid moves", "eval/env/moves"),
+    "wordle_sft_rl": ("valid guesses", "eval/env/moves"),
 }
 
 
 def run(names: list[tuple[str, str, list[str]]], parallel: int) -> None:
     """Train every run not trained yet, ``parallel`` at once, each on its own core."""
     OUT.mkdir(parents=True, exist_ok=True)
-    todo = [n for n in names if not (OUT / n[0] / "metrics.jsonl").exists()]
+    todo = [n for n in names if not (OUT / n[0] / "config.yaml").exists()]  # not started
     live: dict[int, subprocess.Popen] = {}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
     while todo or live:
@@ -125,21 +138,37 @@ def _started(name: str) -> float:
     return float(mark.read_text()) if mark.exists() else (OUT / name / "config.yaml").stat().st_mtime
 
 
+def _stage_dirs(run_dir: Path) -> list[Path]:
+    """A run's directories: the run itself, or a pipeline's stages in order (pipeline.json)."""
+    manifest = run_dir / "pipeline.json"
+    if not manifest.exists():
+        return [run_dir]
+    return [run_dir / s["dir"] for s in json.loads(manifest.read_text())["stages"]]
+
+
 def summarize_run(name: str, recipe_key: str) -> dict | None:
     """Before / after / steps / minutes of one finished run (None if it has not finished)."""
     run_dir = OUT / name
-    metrics = run_dir / "metrics.jsonl"
+    stage_dirs = _stage_dirs(run_dir)
+    metrics = stage_dirs[-1] / "metrics.jsonl"
     if not metrics.exists():
         return None
-    rows = _rows(metrics)
+    rows = [r for d in stage_dirs if (d / "metrics.jsonl").exists() for r in _rows(d / "metrics.jsonl")]
     before = next((r for r in rows if r.get("phase") == "before"), None)
     for sibling in (BEFORE_FROM.get(name, name), name.split("-s")[0].removesuffix("-long") + "-before"):
-        shared = OUT / sibling / "metrics.jsonl"
-        if before is None and shared.exists():  # eval.before=false: a sibling's (same set and model)
-            before = next((r for r in _rows(shared) if r.get("phase") == "before"), None)
-    after = next((r for r in rows if r.get("phase") == "after"), None)
+        for shared in (d / "metrics.jsonl" for d in _stage_dirs(OUT / sibling)[:1]):
+            if before is None and shared.exists():  # eval.before=false: a sibling's (same set and model)
+                before = next((r for r in _rows(shared) if r.get("phase") == "before"), None)
+    after = next((r for r in _rows(metrics) if r.get("phase") == "after"), None)
     if before is None or after is None:
         return None
+    # a pipeline: held-out after its first stage (SFT), and the last stage's (RL) training steps
+    first_after = None
+    if len(stage_dirs) > 1:
+        first_after = next(
+            (r for r in _rows(stage_dirs[0] / "metrics.jsonl") if r.get("phase") == "after"), None
+        )
+        rows = _rows(metrics)
     train = [r for r in rows if r.get("phase") == "train"]
     action_key = ACTIONS[recipe_key][1]
     rollout = yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]
@@ -152,6 +181,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "size": int(after.get("eval/size", 0)),
         "before": before["eval/accuracy"],
         "after": after["eval/accuracy"],
+        "after_first_stage": None if first_after is None else first_after["eval/accuracy"],
         "after_errors": after.get("eval/reward_errors", 0.0),
         "reevaluated": None if again is None else again["eval/accuracy"],
         "reevaluated_errors": None if again is None else again.get("eval/reward_errors", 0.0),
@@ -182,6 +212,8 @@ def table(results: list[dict]) -> str:
     for r in results:
         label = ACTIONS[r["recipe"]][0]
         after = f"**{r['after']:.1%}**"
+        if r.get("after_first_stage") is not None:
+            after = f"{r['after_first_stage']:.1%} (SFT) → {after} (RL)"
         if r["after_errors"]:
             after += f" ({r['after_errors']:.0f} env errors)"
         if r["reevaluated"] is not None:

@@ -101,8 +101,9 @@ ACTIONS = {
 }
 
 
-def run(names: list[tuple[str, str, list[str]]], parallel: int) -> None:
-    """Train every run not trained yet, ``parallel`` at once, each on its own core."""
+def run(names: list[tuple[str, str, list[str]]], parallel: int, first_core: int = 0) -> None:
+    """Train every run not started yet, ``parallel`` at once, each on its own core (from
+    ``first_core`` on: two invocations with different recipes can share the machine)."""
     OUT.mkdir(parents=True, exist_ok=True)
     todo = [n for n in names if not (OUT / n[0] / "config.yaml").exists()]  # not started
     live: dict[int, subprocess.Popen] = {}
@@ -111,7 +112,7 @@ def run(names: list[tuple[str, str, list[str]]], parallel: int) -> None:
         for core, proc in list(live.items()):
             if proc.poll() is not None:
                 del live[core]
-        free = [c for c in range(parallel) if c not in live]
+        free = [c for c in range(first_core, first_core + parallel) if c not in live]
         while todo and free:
             name, recipe, overrides = todo.pop(0)
             core = free.pop(0)
@@ -282,11 +283,12 @@ def main() -> None:
     parser.add_argument("mode", choices=("run", "summarize"))
     parser.add_argument("--only", action="append", default=[], help=f"recipes to run: {', '.join(PLAN)}")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once, one core each")
+    parser.add_argument("--first-core", type=int, default=0, help="pin the runs from this core on")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "agent_curves.png"))
     args = parser.parse_args()
     chosen = [k for k in PLAN if not args.only or k in args.only]
     if args.mode == "run":
-        run([entry for k in chosen for entry in PLAN[k]], args.parallel)
+        run([entry for k in chosen for entry in PLAN[k]], args.parallel, args.first_core)
     results = [s for k in chosen for name, _, _ in PLAN[k] if (s := summarize_run(name, k)) is not None]
     print(table(results))
     (OUT / "summary.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -53,8 +53,7 @@ from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
-from rlvr.envs.guess_number import check_demonstrate, check_progress_reward
-from rlvr.envs.scripted import play_scripted
+from rlvr.envs.scripted import check_demonstrate, check_progress_reward, play_scripted
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"<move>\s*(\w+)\s*</move>", re.IGNORECASE)

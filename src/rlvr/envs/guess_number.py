@@ -42,7 +42,7 @@ from rlvr.data.example import Example
 from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
-from rlvr.envs.scripted import play_scripted
+from rlvr.envs.scripted import check_demonstrate, check_progress_reward, play_scripted
 
 _GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>", re.IGNORECASE)
 # starts the user message that ends the demonstration and opens the real game
@@ -189,18 +189,6 @@ class GuessNumber(Environment):
             "invalid_actions": float(self.invalid),
             "progress": self.progress,
         }
-
-
-def check_demonstrate(game: str, demonstrate: Any) -> bool:
-    if not isinstance(demonstrate, bool):
-        raise ValueError(f"{game}: demonstrate must be true or false, got {demonstrate!r}")
-    return demonstrate
-
-
-def check_progress_reward(game: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{game}: progress_reward must be a number from 0 to 1, got {value!r}")
-    return float(value)
 
 
 def _found_at(low: int, high: int, depth: int) -> list[int]:

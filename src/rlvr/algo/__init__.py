@@ -3,6 +3,7 @@
 Importing this package registers every estimator and loss: each module registers its own.
 """
 
+from rlvr.algo.adaptive_clip import bapo_loss
 from rlvr.algo.advantages import (
     ADVANTAGE_ESTIMATORS,
     group_count,
@@ -18,13 +19,15 @@ from rlvr.algo.distill import (
     opd_token_advantages,
     vocab_width,
 )
-from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss
+from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss, positive_entropy_loss
 from rlvr.algo.filters import informative_groups, overlong_mask
 from rlvr.algo.gae import gae_advantages_and_returns, value_loss
 from rlvr.algo.importance import masked_is_loss, tis_loss
 from rlvr.algo.kl import KL_ESTIMATORS, adaptive_kl_coef, kl_penalized_rewards
 from rlvr.algo.losses import POLICY_LOSSES, inner_loss, ppo_clip_loss
 from rlvr.algo.lowprob import lowprob_downweight_loss
+from rlvr.algo.momentum import aapo_advantages
+from rlvr.algo.multi_reward import gdpo_advantages
 from rlvr.algo.passk import passk_advantages
 from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
@@ -38,9 +41,11 @@ __all__ = [
     "POLICY_LOSSES",
     "PREFERENCE_LOSSES",
     "REWARD_SHAPERS",
+    "aapo_advantages",
     "adaptive_entropy_coef",
     "adaptive_kl_coef",
     "adaptive_length_penalty",
+    "bapo_loss",
     "check_same_vocabulary",
     "chord_mu",
     "chord_token_weights",
@@ -48,6 +53,7 @@ __all__ = [
     "entropy_bonus_loss",
     "forking_tokens_loss",
     "gae_advantages_and_returns",
+    "gdpo_advantages",
     "group_count",
     "group_mean",
     "group_std",
@@ -62,6 +68,7 @@ __all__ = [
     "opd_token_advantages",
     "overlong_mask",
     "passk_advantages",
+    "positive_entropy_loss",
     "ppo_clip_loss",
     "preference_metrics",
     "sft_token_loss",

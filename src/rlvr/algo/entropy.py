@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlvr.algo.losses import POLICY_LOSSES, inner_loss
+from rlvr.algo.losses import POLICY_LOSSES, inner_loss, masked_fraction, per_token
 
 
 def entropy_bonus_loss(entropy: torch.Tensor, coef: float) -> torch.Tensor:
@@ -62,6 +62,49 @@ def entropy_bonus_policy_loss(
     )
     used = coef if entropy_coef is None else entropy_coef
     return loss + entropy_bonus_loss(entropy_with_grad, used), {**stats, "entropy_coef": float(used)}
+
+
+@POLICY_LOSSES.register("positive_entropy")
+def positive_entropy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    entropy_with_grad: torch.Tensor,
+    coef: float = 1e-3,
+    entropy_coef: float | None = None,
+    inner: str = "ppo_clip",
+    inner_params: dict[str, Any] | None = None,
+    clip_low: float | None = None,
+    clip_high: float | None = None,
+    entropy: torch.Tensor | None = None,
+    sampling_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The ``inner`` loss plus ``−coef · H`` only on the tokens of positive-advantage samples.
+
+    Diversity-aware policy optimisation (seeds 004:7) raises token-level diversity (entropy) on
+    positive samples only: more ways to reach a right answer, without also spreading the mass of
+    wrong ones (whose entropy falling is part of learning, seeds 001:283). A token is in when its
+    advantage is > 0 (for per-sequence advantages: its sample's). ``entropy_coef`` from an
+    :func:`adaptive_entropy_coef` controller overrides ``coef``, as for ``entropy_bonus``.
+    """
+    loss, stats = inner_loss(
+        inner,
+        inner_params,
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        entropy=entropy,
+        sampling_logprobs=sampling_logprobs,
+    )
+    used = coef if entropy_coef is None else entropy_coef
+    positive = (per_token(advantages) > 0).expand_as(loss)
+    bonus = torch.where(positive, entropy_bonus_loss(entropy_with_grad, used), torch.zeros_like(loss))
+    stats = {**stats, "entropy_coef": float(used), "positive_entropy_frac": masked_fraction(positive, mask)}
+    return loss + bonus, stats
 
 
 def adaptive_entropy_coef(

@@ -24,9 +24,10 @@ import torch
 from rlvr.algo import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, REWARD_SHAPERS, kl_penalized_rewards
 from rlvr.algo.kl import kl_k1
 from rlvr.config import RunConfig
-from rlvr.config.schema import ShapingItem
+from rlvr.config.schema import RewardItem, ShapingItem
 from rlvr.errors import RlvrError
 from rlvr.registry import accepted_context
+from rlvr.trajectory import Trajectory
 
 
 def takes(fn: Any, name: str) -> bool:
@@ -116,6 +117,32 @@ def sampled_kl(
 def kl_token_rewards(kl: torch.Tensor, mask: torch.Tensor, coef: float) -> torch.Tensor:
     """The in-reward KL penalty ``−coef · kl_t`` [N, T] on every valid token (no sequence reward)."""
     return kl_penalized_rewards(torch.zeros(kl.shape[0], dtype=kl.dtype), kl, mask, coef)
+
+
+def component_score(rewards: dict[str, float], key: str) -> float:
+    """One configured reward's unweighted score in a trajectory's ``rewards`` (NaN: none).
+
+    A reward that returns a dict is stored as ``key/sub`` entries; its score is then ``key/score``
+    or, without one, the sum of its entries (what it added to the total, before its weight:
+    :func:`rlvr.rewards.results.scalar`).
+    """
+    if key in rewards:
+        return float(rewards[key])
+    parts = {k: v for k, v in rewards.items() if k.startswith(f"{key}/")}
+    if not parts:
+        return float("nan")  # its reward failed (rewards.on_error=zero) or never scored this sample
+    return float(parts.get(f"{key}/score", sum(parts.values())))
+
+
+def reward_components(
+    trajectories: list[Trajectory], functions: list[RewardItem]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reward_components`` [N, K] (each of ``rewards.functions``' unweighted scores per trajectory,
+    NaN where it has none) and ``reward_weights`` [K]: what a multi-reward estimator (gdpo) names."""
+    keys = [f.label or f.name for f in functions]
+    scores = [[component_score(t.rewards, key) for key in keys] for t in trajectories]
+    components = torch.tensor(scores, dtype=torch.float32).reshape(len(trajectories), len(keys))
+    return components, torch.tensor([f.weight for f in functions], dtype=torch.float32)
 
 
 @dataclass

@@ -8,7 +8,8 @@ written by ``rlvr collect``, a replay buffer — and its output is new weights w
 1. lays the groups out as a batch (each prompt once, the response ledger with its loss mask);
 2. turns sequence rewards into advantages: shapers, then the in-reward KL penalty, then the
    estimator, each offered the context it names (:mod:`rlvr.train.learn.estimate`); a critic's values
-   are offered as ``values``, a greedy baseline's rewards as ``baseline_rewards``;
+   are offered as ``values``, a greedy baseline's rewards as ``baseline_rewards``, each reward's own
+   score as ``reward_components``, and a stateful estimator's state (checkpointed) as ``estimator_state``;
 3. runs the policy update (:func:`rlvr.train.learn.update.policy_update`) and moves the adaptive
    coefficients.
 
@@ -17,6 +18,7 @@ The method being trained enters only through the registries in :mod:`rlvr.algo`.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +35,7 @@ from rlvr.train.learn.estimate import (
     Estimate,
     estimate_advantages,
     kl_token_rewards,
+    reward_components,
     sampled_kl,
     shape_rewards,
     takes,
@@ -84,6 +87,7 @@ class Learner:
             self.optimizer.add_param_group(group)  # a value head trains with the policy
         self.scheduler = build_scheduler(self.optimizer, total_updates, cfg.optim)
         self.coefs = Coefficients.from_config(cfg.algo)  # adaptive KL / entropy coefficients
+        self.estimator_state: dict[str, Any] = {}  # a stateful estimator's (aapo), checkpointed
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)  # minibatch shuffling
         self.version = 0  # updates applied; trajectories carry the version that sampled them
         # Under torchrun (rlvr.train.scale.distributed): the DDP/FSDP2 module the update runs through, and
@@ -196,6 +200,14 @@ class Learner:
             metrics["reward/kl_penalty"] = float(-context["token_rewards"].sum(dim=1).mean())
         if turn_rewards is not None:
             context["token_rewards"] = context.get("token_rewards", 0.0) + turn_rewards
+        estimator = ADVANTAGE_ESTIMATORS.get(a.advantage)
+        if takes(estimator, "reward_components"):  # each reward's own score (gdpo)
+            components = reward_components(trajectories, cfg.rewards.functions)
+            context["reward_components"], context["reward_weights"] = components
+        if takes(estimator, "example_ids"):
+            context["example_ids"] = [t.example_id or f"index:{t.example_index}" for t in trajectories]
+        if takes(estimator, "estimator_state"):  # read and updated in place by the estimator
+            context["estimator_state"] = self.estimator_state
         if self.needs_greedy_baseline:
             if any(g.baseline_reward is None for g in groups):
                 raise ValueError(f"the estimator '{a.advantage}' needs each group's baseline_reward")
@@ -260,7 +272,8 @@ class Learner:
         return self.model
 
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer, schedule and critic state (the weights are saved as an HF model beside it)."""
+        """Optimizer, schedule, critic and estimator state (the weights are saved as an HF model beside
+        it)."""
         state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -269,6 +282,8 @@ class Learner:
             state["critic"] = self.critic.state_dict()
         if self.scaler is not None:
             state["grad_scaler"] = self.scaler.state_dict()
+        if self.estimator_state:
+            state["estimator"] = copy.deepcopy(self.estimator_state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -278,3 +293,4 @@ class Learner:
             self.critic.load_state_dict(state["critic"])
         if self.scaler is not None and "grad_scaler" in state:
             self.scaler.load_state_dict(state["grad_scaler"])
+        self.estimator_state = copy.deepcopy(state.get("estimator", {}))

@@ -75,7 +75,8 @@ def aapo_advantages(
     advantages the estimator moves the references by ``momentum`` (:func:`update_references`):
     this is the one estimator with state, and it updates ``estimator_state`` in place. The clip
     range (−0.2, 0.28) is a choice (DAPO's asymmetric widths; the abstract gives none). A group
-    whose rewards are all equal still gets the margin: positive where the prompt is now solved more often than it used to be, negative where less.
+    whose rewards are all equal still gets the margin: positive where the prompt is now solved more
+    often than it used to be, negative where less.
     """
     if not 0.0 <= momentum < 1.0:
         raise ValueError(f"aapo: momentum must lie in [0, 1), got {momentum}")

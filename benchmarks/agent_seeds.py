@@ -283,12 +283,16 @@ def main() -> None:
     parser.add_argument("mode", choices=("run", "summarize"))
     parser.add_argument("--only", action="append", default=[], help=f"recipes to run: {', '.join(PLAN)}")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once, one core each")
+    parser.add_argument("--seeds", type=int, nargs="*", help="run only these training seeds (default: all)")
     parser.add_argument("--first-core", type=int, default=0, help="pin the runs from this core on")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "img" / "agent_curves.png"))
     args = parser.parse_args()
     chosen = [k for k in PLAN if not args.only or k in args.only]
     if args.mode == "run":
-        run([entry for k in chosen for entry in PLAN[k]], args.parallel, args.first_core)
+        entries = [e for k in chosen for e in PLAN[k]]
+        if args.seeds is not None:
+            entries = [e for e in entries if any(o in (f"seed={s}" for s in args.seeds) for o in e[2])]
+        run(entries, args.parallel, args.first_core)
     results = [s for k in chosen for name, _, _ in PLAN[k] if (s := summarize_run(name, k)) is not None]
     print(table(results))
     (OUT / "summary.json").write_text(json.dumps(results, indent=1) + "\n")

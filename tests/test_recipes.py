@@ -90,8 +90,11 @@ def test_recipe_trains_on_tiny_random(path: Path, tmp_path) -> None:
     cfg.rewards.functions = [*cfg.rewards.functions, LENGTH]  # the recipe's own, plus one that varies
     if cfg.stage == "rft":  # tiny-random never answers nor stops: accept every sample, cut ones too
         cfg.rft.min_reward, cfg.rft.keep_truncated = 0.0, True
+    for item in cfg.stages:  # a pipeline: every stage two steps, whatever its own settings say
+        item.set.update({"train.steps": 2, "train.time_limit_s": None, "data.train_size": 16})
     api.train(cfg, quiet=True)
-    _check_run(tmp_path / "run")
+    for run_dir in [tmp_path / "run" / item.name for item in cfg.stages] or [tmp_path / "run"]:
+        _check_run(run_dir)
 
 
 @pytest.mark.parametrize("path", _params(slow=True))
@@ -108,8 +111,12 @@ def test_recipe_trains_on_the_real_model(path: Path, tmp_path) -> None:
         "name=run",
         *_inputs(path.stem, tmp_path, "smollm2-135m-instruct"),
     ]
-    api.train(load_config(path, overrides), quiet=True)
-    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "train"]
-    assert [r["step"] for r in rows] == [1, 2]
-    for row in rows:
-        assert all(math.isfinite(v) for k, v in row.items() if k.startswith("update/"))
+    cfg = load_config(path, overrides)
+    for item in cfg.stages:  # a pipeline: every stage two steps
+        item.set.update({"train.steps": 2, "train.time_limit_s": None})
+    api.train(cfg, quiet=True)
+    for run_dir in [tmp_path / "run" / item.name for item in cfg.stages] or [tmp_path / "run"]:
+        rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["phase"] == "train"]
+        assert [r["step"] for r in rows] == [1, 2]
+        for row in rows:
+            assert all(math.isfinite(v) for k, v in row.items() if k.startswith("update/"))

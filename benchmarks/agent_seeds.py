@@ -147,6 +147,17 @@ def _stage_dirs(run_dir: Path) -> list[Path]:
     return [run_dir / s["dir"] for s in json.loads(manifest.read_text())["stages"]]
 
 
+def _minutes(name: str, stage_dirs: list[Path]) -> float:
+    """Launch to the last write; a pipeline's: the sum of its stages' (each from its config's write
+    to its metrics' last), so a stage run again with other settings (--resume) counts once."""
+    if len(stage_dirs) == 1:
+        return ((stage_dirs[0] / "metrics.jsonl").stat().st_mtime - _started(name)) / 60
+    return (
+        sum((d / "metrics.jsonl").stat().st_mtime - (d / "config.yaml").stat().st_mtime for d in stage_dirs)
+        / 60
+    )
+
+
 def summarize_run(name: str, recipe_key: str) -> dict | None:
     """Before / after / steps / minutes of one finished run (None if it has not finished)."""
     run_dir = OUT / name
@@ -192,7 +203,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "actions_after": after.get(action_key, 0.0),
         "unanswered_farming_after": after.get("eval/env/process_unanswered"),
         "steps": len(train),
-        "minutes": (metrics.stat().st_mtime - _started(name)) / 60,
+        "minutes": _minutes(name, stage_dirs),
         "train": [
             {
                 "step": r["step"],

@@ -26,6 +26,32 @@ def entropy_bonus_loss(entropy: torch.Tensor, coef: float) -> torch.Tensor:
     return -coef * entropy
 
 
+def _with_bonus(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    entropy_with_grad: torch.Tensor,
+    coef: float,
+    entropy_coef: float | None,
+    inner: str,
+    inner_params: dict[str, Any] | None,
+    positive_only: bool,
+    **context: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The ``inner`` loss plus ``−coef · H`` on every token, or (``positive_only``) on the tokens
+    whose advantage is > 0; ``entropy_coef`` (an adaptive controller's) overrides ``coef``."""
+    loss, stats = inner_loss(inner, inner_params, logprobs, old_logprobs, advantages, mask, **context)
+    used = coef if entropy_coef is None else entropy_coef
+    bonus = entropy_bonus_loss(entropy_with_grad, used)
+    stats = {**stats, "entropy_coef": float(used)}
+    if positive_only:
+        positive = (per_token(advantages) > 0).expand_as(loss)
+        bonus = torch.where(positive, bonus, torch.zeros_like(loss))
+        stats["positive_entropy_frac"] = masked_fraction(positive, mask)
+    return loss + bonus, stats
+
+
 @POLICY_LOSSES.register("entropy_bonus")
 def entropy_bonus_policy_loss(
     logprobs: torch.Tensor,
@@ -48,20 +74,10 @@ def entropy_bonus_policy_loss(
     ``entropy_coef``, when the trainer offers it (from an :func:`adaptive_entropy_coef` controller),
     overrides the fixed ``coef``.
     """
-    loss, stats = inner_loss(
-        inner,
-        inner_params,
-        logprobs,
-        old_logprobs,
-        advantages,
-        mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        entropy=entropy,
-        sampling_logprobs=sampling_logprobs,
-    )
-    used = coef if entropy_coef is None else entropy_coef
-    return loss + entropy_bonus_loss(entropy_with_grad, used), {**stats, "entropy_coef": float(used)}
+    return _with_bonus(
+        logprobs, old_logprobs, advantages, mask, entropy_with_grad, coef, entropy_coef, inner, inner_params,
+        False, clip_low=clip_low, clip_high=clip_high, entropy=entropy, sampling_logprobs=sampling_logprobs,
+    )  # fmt: skip
 
 
 @POLICY_LOSSES.register("positive_entropy")
@@ -88,23 +104,10 @@ def positive_entropy_loss(
     advantage is > 0 (for per-sequence advantages: its sample's). ``entropy_coef`` from an
     :func:`adaptive_entropy_coef` controller overrides ``coef``, as for ``entropy_bonus``.
     """
-    loss, stats = inner_loss(
-        inner,
-        inner_params,
-        logprobs,
-        old_logprobs,
-        advantages,
-        mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        entropy=entropy,
-        sampling_logprobs=sampling_logprobs,
-    )
-    used = coef if entropy_coef is None else entropy_coef
-    positive = (per_token(advantages) > 0).expand_as(loss)
-    bonus = torch.where(positive, entropy_bonus_loss(entropy_with_grad, used), torch.zeros_like(loss))
-    stats = {**stats, "entropy_coef": float(used), "positive_entropy_frac": masked_fraction(positive, mask)}
-    return loss + bonus, stats
+    return _with_bonus(
+        logprobs, old_logprobs, advantages, mask, entropy_with_grad, coef, entropy_coef, inner, inner_params,
+        True, clip_low=clip_low, clip_high=clip_high, entropy=entropy, sampling_logprobs=sampling_logprobs,
+    )  # fmt: skip
 
 
 def adaptive_entropy_coef(

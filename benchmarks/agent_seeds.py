@@ -147,6 +147,12 @@ def _stage_dirs(run_dir: Path) -> list[Path]:
     return [run_dir / s["dir"] for s in json.loads(manifest.read_text())["stages"]]
 
 
+def _finished(stage_dir: Path) -> bool:
+    """Whether a stage evaluated after training (its last act)."""
+    metrics = stage_dir / "metrics.jsonl"
+    return metrics.exists() and any(r.get("phase") == "after" for r in _rows(metrics))
+
+
 def _minutes(name: str, stage_dirs: list[Path]) -> float:
     """Launch to the last write; a pipeline's: the sum of its stages' (each from its config's write
     to its metrics' last), so a stage run again with other settings (--resume) counts once."""
@@ -161,7 +167,9 @@ def _minutes(name: str, stage_dirs: list[Path]) -> float:
 def summarize_run(name: str, recipe_key: str) -> dict | None:
     """Before / after / steps / minutes of one finished run (None if it has not finished)."""
     run_dir = OUT / name
-    stage_dirs = _stage_dirs(run_dir)
+    planned = _stage_dirs(run_dir)
+    # a pipeline stopped inside a stage: what its finished stages measured (the table says so)
+    stage_dirs = [d for d in planned if _finished(d)] or planned[:1] if len(planned) > 1 else planned
     metrics = stage_dirs[-1] / "metrics.jsonl"
     if not metrics.exists():
         return None
@@ -194,6 +202,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "before": before["eval/accuracy"],
         "after": after["eval/accuracy"],
         "after_first_stage": None if first_after is None else first_after["eval/accuracy"],
+        "stages_missing": [d.name for d in planned[len(stage_dirs) :]],
         "after_errors": after.get("eval/reward_errors", 0.0),
         "reevaluated": None if again is None else again["eval/accuracy"],
         "reevaluated_errors": None if again is None else again.get("eval/reward_errors", 0.0),
@@ -226,6 +235,8 @@ def table(results: list[dict]) -> str:
         after = f"**{r['after']:.1%}**"
         if r.get("after_first_stage") is not None:
             after = f"{r['after_first_stage']:.1%} (SFT) → {after} (RL)"
+        if r.get("stages_missing"):
+            after = f"{after} (SFT; stopped before {', '.join(r['stages_missing'])})"
         if r["after_errors"]:
             after += f" ({r['after_errors']:.0f} env errors)"
         if r["reevaluated"] is not None:

@@ -40,7 +40,7 @@ def timed(model: torch.nn.Module, rows, scorer) -> tuple[float, float]:
     start = time.perf_counter()
     loss = sft_loss(*scorer(model, rows))
     loss.backward()
-    return time.perf_counter() - start, float(loss)
+    return time.perf_counter() - start, float(loss.detach())
 
 
 def main() -> None:

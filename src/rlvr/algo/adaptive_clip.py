@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algo.losses import POLICY_LOSSES, per_token, ppo_clip_loss
+from rlvr.algo.losses import POLICY_LOSSES, log_ratio, per_token, ppo_clip_loss
 
 
 def positive_share(
@@ -99,7 +99,7 @@ def bapo_loss(
     if step_low < 0 or step_high < 0:
         raise ValueError(f"bapo: step_low and step_high must be >= 0, got {step_low}, {step_high}")
     with torch.no_grad():
-        ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
+        ratio = torch.exp(log_ratio(logprobs, old_logprobs))
         c_low, c_high, share = balanced_bounds(
             ratio,
             advantages,

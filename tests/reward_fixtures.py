@@ -249,3 +249,9 @@ def sigterm_rank(completion, example, *, rank: int = 1, calls: int = 1, flag: st
 
         os.kill(parent(os.getppid()), signal.SIGTERM)
     return 0.01 * len(completion)
+
+
+def step_lengths(completion, example, *, separator: str = "\n\n", scale: float = 0.01, extra: int = 0):
+    """Per-step rewards: each step's character count times ``scale`` (``extra`` steps too many: wrong)."""
+    steps = completion.split(separator)
+    return {"score": 0.0, "steps": [scale * len(s) for s in steps] + [0.0] * extra}

@@ -76,6 +76,13 @@ class Trajectory:
     rewards: dict[str, float] = field(default_factory=dict)  # reward components, unweighted
     errors: dict[str, str] = field(default_factory=dict)  # reward label -> why it has no value
     turn_rewards: list[float] = field(default_factory=list)
+    # the environment's state before each sampled turn (``Environment.state``; empty when it has
+    # none): turns of one group in equal states form GiGPO's step groups (rlvr.algo.gigpo)
+    turn_states: list[str | None] = field(default_factory=list)
+    # a reward's per-step rewards (weighted, summed over rewards; included in ``reward``) and the
+    # response-ledger position of each step's last token (rlvr.collect.steps); empty without them
+    step_rewards: list[float] = field(default_factory=list)
+    step_ends: list[int] = field(default_factory=list)
     advantage: float | None = None  # filled by the learner (mean over tokens for token-level ones)
     # the learner's advantage of each response token (0 on context tokens), for samples.jsonl's
     # token view; not part of the JSONL ledger
@@ -184,6 +191,8 @@ def trajectory_record(t: Trajectory, group: int, kept: bool, **extra: Any) -> di
         "rewards": t.rewards,
         "errors": t.errors,
         "turn_rewards": t.turn_rewards,
+        **({"turn_states": t.turn_states} if t.turn_states else {}),
+        **({"step_rewards": t.step_rewards, "step_ends": t.step_ends} if t.step_rewards else {}),
         "advantage": t.advantage,
         **({"replayed": True} if t.replayed else {}),
     }
@@ -216,8 +225,19 @@ def _trajectory_from_record(row: dict[str, Any]) -> Trajectory:
         rewards=dict(row.get("rewards") or {}),
         errors=dict(row.get("errors") or {}),
         turn_rewards=list(row.get("turn_rewards") or []),
+        turn_states=_states(row.get("turn_states")),
+        step_rewards=[float(x) for x in row.get("step_rewards") or []],
+        step_ends=[int(x) for x in row.get("step_ends") or []],
         replayed=bool(row.get("replayed", False)),
     )
+
+
+def _states(value: Any) -> list[str | None]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(x is None or isinstance(x, str) for x in value):
+        raise ValueError("key 'turn_states' must be a list of strings or nulls")
+    return list(value)
 
 
 def read_trajectory_groups(

@@ -22,6 +22,7 @@ from rlvr.algo.distill import (
 from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss, positive_entropy_loss
 from rlvr.algo.filters import informative_groups, overlong_mask
 from rlvr.algo.gae import gae_advantages_and_returns, value_loss
+from rlvr.algo.gigpo import gigpo_advantages
 from rlvr.algo.importance import masked_is_loss, tis_loss
 from rlvr.algo.kl import KL_ESTIMATORS, adaptive_kl_coef, kl_penalized_rewards
 from rlvr.algo.losses import POLICY_LOSSES, inner_loss, ppo_clip_loss
@@ -31,6 +32,7 @@ from rlvr.algo.multi_reward import gdpo_advantages
 from rlvr.algo.passk import passk_advantages
 from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
+from rlvr.algo.step_returns import step_returns_advantages
 from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "forking_tokens_loss",
     "gae_advantages_and_returns",
     "gdpo_advantages",
+    "gigpo_advantages",
     "group_count",
     "group_mean",
     "group_std",
@@ -73,6 +76,7 @@ __all__ = [
     "preference_metrics",
     "sft_token_loss",
     "tis_loss",
+    "step_returns_advantages",
     "token_weights",
     "value_loss",
     "vocab_width",

@@ -28,6 +28,7 @@ from rich.console import Console
 from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
+from rlvr.collect.steps import apply_step_rewards
 from rlvr.config import RunConfig
 from rlvr.data import Example
 from rlvr.data.draw import build_draw
@@ -241,6 +242,9 @@ class Collector:
         if result is not None:
             t.rewards = {**result.components, **env_components}
             t.errors = {**dict(result.errors), **t.errors}
+            if result.steps and not t.errors:  # a reward's per-step rewards, onto their tokens
+                weights = {f.label or f.name: f.weight for f in self.cfg.rewards.functions}
+                apply_step_rewards(t, result.steps, weights, self.tokenizer, self.cfg.rewards.step_separator)
         total = (result.total if result is not None else 0.0) if not t.errors else None
         if total is not None:
             total += sum(t.turn_rewards)

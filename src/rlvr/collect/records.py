@@ -113,6 +113,8 @@ def sample_records(
                 row["group"] = group_of(example, group_by)
             if len(t.segments) > 1:
                 row["turn_rewards"] = t.turn_rewards
+                if t.turn_states:
+                    row["turn_states"] = t.turn_states
                 if decode is not None:
                     row["conversation"] = conversation(t, decode)
             if tokens and decode is not None:

@@ -46,6 +46,9 @@ _FIELDS = (
     "rewards",
     "errors",
     "turn_rewards",
+    "turn_states",
+    "step_rewards",
+    "step_ends",
 )
 
 
@@ -61,6 +64,9 @@ def _copy(t: Trajectory, replayed: bool) -> Trajectory:
         rewards=dict(t.rewards),
         errors=dict(t.errors),
         turn_rewards=list(t.turn_rewards),
+        turn_states=list(t.turn_states),
+        step_rewards=list(t.step_rewards),
+        step_ends=list(t.step_ends),
         advantage=None,
         token_advantages=None,
         replayed=replayed,
@@ -81,7 +87,7 @@ def _to_record(t: Trajectory) -> dict[str, Any]:
 
 
 def _from_record(row: dict[str, Any]) -> Trajectory:
-    fields = {k: row[k] for k in _FIELDS}
+    fields = {k: row[k] for k in _FIELDS if k in row}  # fields newer than the saved buffer: defaults
     segments = [
         Segment(kind, list(ids), None if lps is None else list(lps)) for kind, ids, lps in row["segments"]
     ]

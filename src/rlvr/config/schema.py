@@ -273,6 +273,12 @@ class RewardsConfig(Section):
         description="Shapers (rlvr.algo.REWARD_SHAPERS) applied in order to the sequence rewards of the kept "
         "groups before the advantage estimator.",
     )
+    step_separator: str = Field(
+        "\n\n",
+        min_length=1,
+        description="Where a response splits into steps, for a reward that returns per-step rewards "
+        "(a dict with 'steps': one number per step of the final turn's text split here; docs/credit.md).",
+    )
 
 
 class CriticConfig(Section):

@@ -64,6 +64,14 @@ class Environment(ABC):
         """Numbers about the finished episode for the logs (e.g. ``solved``); default none."""
         return {}
 
+    def state(self) -> str | None:
+        """The state the model is about to act in, as a short string equal for equal states (a
+        game's position, the candidates its feedback left), or None when the environment has no
+        discrete state. The rollout records it before every model turn (``Trajectory.turn_states``);
+        step-level credit that groups turns by state (``algo.advantage: gigpo``) reads it.
+        Default: None."""
+        return None
+
     def limit_step(self, seconds: float) -> None:
         """The rollout says, before each :meth:`step`, how many wall-clock seconds that step may
         take (the step timeout, or less when the episode's own time is running out). An

@@ -288,6 +288,10 @@ class FrozenLake(Environment):
             return Step(reward=shaped, done=True, info={"moves": 1.0, "fell": float(cell == "H")})
         return Step([{"role": "user", "content": self._observation()}], reward=shaped, info={"moves": 1.0})
 
+    def state(self) -> str | None:
+        """Where the player stands (the board is the group's own, the same for all its episodes)."""
+        return f"{self.at[0]},{self.at[1]}" if self.board else None
+
     def outcome(self) -> dict[str, float]:
         return {
             "solved": float(self.solved),

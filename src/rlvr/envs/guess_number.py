@@ -179,6 +179,10 @@ class GuessNumber(Environment):
             [{"role": "user", "content": f"{hint}. {left} left."}], reward=reward, info={"guesses": 1.0}
         )
 
+    def state(self) -> str | None:
+        """The numbers the answers so far leave possible (guesses outside them tell nothing new)."""
+        return f"{self.low}-{self.top}" if self.secret else None
+
     def _shaped(self, before: float) -> float:
         return self.progress_reward * (self.progress - before)
 

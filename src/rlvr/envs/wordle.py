@@ -182,10 +182,12 @@ class Wordle(Environment):
         self.secret = ""
         self.guesses = self.invalid = 0
         self.solved = False
+        self.tried: set[str] = set()  # the valid guesses so far (their feedback follows from the secret)
 
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         seed = int(example.metadata.get("seed", rng.randrange(2**31)))
         self.secret, self.guesses, self.invalid, self.solved = secret_word(seed), 0, 0, False
+        self.tried = set()
         system = {"role": "system", "content": rules(self.max_guesses)}
         demo = demonstration(self.max_guesses) if self.demonstrate else ()
         if not demo:
@@ -207,6 +209,7 @@ class Wordle(Environment):
             reply = f"{problem} Write one guess as <guess>crane</guess>. {_left(left)}"
             return Step([{"role": "user", "content": reply}], info=info)
         self.guesses += 1
+        self.tried.add(guess)
         if guess == self.secret:
             self.solved = True
             return Step(reward=1.0, done=True, info={"guesses": 1.0})
@@ -214,6 +217,11 @@ class Wordle(Environment):
             return Step(done=True, info={"guesses": 1.0})
         feedback = render_feedback(guess, score(guess, self.secret))
         return Step([{"role": "user", "content": f"{feedback}\n{_left(left)}"}], info={"guesses": 1.0})
+
+    def state(self) -> str | None:
+        """The words tried so far, in any order: the secret is the group's own, so they fix what
+        the feedback has told."""
+        return ",".join(sorted(self.tried)) if self.secret else None
 
     def _problem(self, guess: str) -> str:
         if len(guess) != 5 or not guess.isascii() or not guess.isalpha():

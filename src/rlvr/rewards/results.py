@@ -16,6 +16,7 @@ from typing import Any
 
 from rlvr.data.example import Example
 from rlvr.rewards.spec import RewardSpec
+from rlvr.rewards.worker import STEPS
 
 
 @dataclass
@@ -34,6 +35,9 @@ class RewardResult:
     total: float | None
     components: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    # label -> the per-step rewards a dict reward returned under ``steps`` (unweighted; their
+    # weighted sum is in ``total`` and ``label/steps`` in ``components``)
+    steps: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -114,11 +118,20 @@ class ScoreBatch:
             self.queue.appendleft((unit, tuple(specs)))
 
 
-def scalar(value: float | dict[str, float]) -> float:
-    """What a component adds to the total (before its weight)."""
+def scalar(value: float | dict[str, Any]) -> float:
+    """What a component adds to the total (before its weight), its step rewards aside: a dict's
+    ``score``, or else the sum of its numbers."""
     if isinstance(value, dict):
-        return value["score"] if "score" in value else sum(value.values())
+        numbers = {k: v for k, v in value.items() if k != STEPS}
+        return numbers["score"] if "score" in numbers else sum(numbers.values())
     return value
+
+
+def _zeroed(value: float | dict[str, Any]) -> float | dict[str, Any]:
+    """A gated-off value: every number 0, every step reward 0."""
+    if isinstance(value, dict):
+        return {k: [0.0] * len(v) if k == STEPS else 0.0 for k, v in value.items()}
+    return 0.0
 
 
 def assemble(batch: ScoreBatch, item: int, specs: Sequence[RewardSpec]) -> RewardResult:
@@ -135,21 +148,26 @@ def assemble(batch: ScoreBatch, item: int, specs: Sequence[RewardSpec]) -> Rewar
         if value is not None and gate is not None:
             gate_value = value_of(labels[gate])
             if gate_value is not None and scalar(gate_value) < specs[index].gate_min:
-                value = dict.fromkeys(value, 0.0) if isinstance(value, dict) else 0.0
+                value = _zeroed(value)
         if value is not None:
             effective[index] = value
         return value
 
     components: dict[str, float] = {}
+    steps: dict[str, list[float]] = {}
     total = 0.0
     for index, spec in enumerate(specs):
         value = value_of(index)
         if value is None:
             continue
         if isinstance(value, dict):
-            components.update({f"{spec.key}/{key}": v for key, v in value.items()})
+            components.update({f"{spec.key}/{key}": v for key, v in value.items() if key != STEPS})
+            if STEPS in value:
+                steps[spec.key] = list(value[STEPS])
+                components[f"{spec.key}/{STEPS}"] = sum(value[STEPS])
+                total += spec.weight * sum(value[STEPS])
         else:
             components[spec.key] = value
         total += spec.weight * scalar(value)
     errors = {specs[index].key: message for index, message in sorted(batch.errors[item].items())}
-    return RewardResult(total=None if errors else total, components=components, errors=errors)
+    return RewardResult(total=None if errors else total, components=components, errors=errors, steps=steps)

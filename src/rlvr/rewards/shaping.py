@@ -15,6 +15,7 @@ from annotated_types import Ge, Gt, Le
 
 from rlvr.data.example import Example
 from rlvr.rewards.registry import get_reward, register_reward
+from rlvr.rewards.results import scalar
 
 _WORD = re.compile(r"\S+")
 _THINK_ANSWER = ("<think>", "</think>", "<answer>", "</answer>")
@@ -96,7 +97,7 @@ def cosine_length_reward(
         return exceed
     value = get_reward(correct_reward)(completion, example, **(correct_params or {}))
     if isinstance(value, dict):
-        value = value["score"] if "score" in value else sum(value.values())
+        value = scalar(value)
     start, end = (correct_short, correct_long) if value >= correct_min else (wrong_short, wrong_long)
     progress = completion_tokens / max_tokens
     return end + 0.5 * (start - end) * (1.0 + math.cos(progress * math.pi))

@@ -96,8 +96,27 @@ def call_reward(
     return True, checked
 
 
-def check_value(label: str, value: Any) -> tuple[bool, float | dict[str, float] | str]:
-    """Accept a finite real number or a non-empty dict of them; anything else is an error."""
+STEPS = "steps"  # the dict key of a reward's per-step rewards (docs/credit.md)
+MAX_STEPS = 4096
+
+
+def _check_steps(label: str, value: Any) -> list[float] | str:
+    """A reward's ``steps``: a list of at most MAX_STEPS finite numbers, or the error message."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(x, numbers.Real) and not isinstance(x, bool) for x in value
+    ):
+        return f"TypeError: reward {label!r} returned 'steps' that is not a list of numbers"
+    if len(value) > MAX_STEPS:
+        return f"ValueError: reward {label!r} returned {len(value)} step rewards (at most {MAX_STEPS})"
+    steps = [float(x) for x in value]
+    if not all(math.isfinite(x) for x in steps):
+        return f"ValueError: reward {label!r} returned a non-finite step reward"
+    return steps
+
+
+def check_value(label: str, value: Any) -> tuple[bool, float | dict[str, Any] | str]:
+    """Accept a finite real number or a non-empty dict of them (whose ``steps`` key, if any, holds a
+    list of them: one reward per step of the response); anything else is an error."""
     if isinstance(value, numbers.Real):
         number = float(value)
         if not math.isfinite(number):
@@ -106,8 +125,14 @@ def check_value(label: str, value: Any) -> tuple[bool, float | dict[str, float] 
     if isinstance(value, dict):
         if not value:
             return False, f"ValueError: reward {label!r} returned an empty dict"
-        checked: dict[str, float] = {}
+        checked: dict[str, Any] = {}
         for key, item in value.items():
+            if key == STEPS:
+                steps = _check_steps(label, item)
+                if isinstance(steps, str):
+                    return False, steps
+                checked[key] = steps
+                continue
             if not isinstance(key, str) or not isinstance(item, numbers.Real):
                 return False, (
                     f"TypeError: reward {label!r} returned a dict with {type(key).__name__} key {key!r} "

@@ -69,6 +69,7 @@ class Episode:
     finish_reason: str = "length"
     last_text: str = ""
     turn_rewards: list[float] = field(default_factory=list)
+    turn_states: list[str | None] = field(default_factory=list)  # the env's state before each model turn
     info: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     kv: Any = None  # the engine's cache of this episode's ids so far (KV reuse across turns)
@@ -258,6 +259,7 @@ def _model_turns(
                 )
                 body = c.token_ids[:-1] if ended_by is not None else c.token_ids
                 text = tokenizer.decode(body, skip_special_tokens=False)
+                e.turn_states.append(env_state(e.env))  # what this turn acted in
                 e.ledger.add_model_turn(c.token_ids, c.logprobs, text, ended_by)
                 e.turns += 1
                 e.last_text = tokenizer.decode(body, skip_special_tokens=True)
@@ -306,6 +308,17 @@ def _env_turns(
             e.done, e.finish_reason = True, "length"
 
 
+def env_state(env: Environment) -> str | None:
+    """``env.state()`` (None for an environment without one), checked to be a string or None."""
+    state = env.state() if hasattr(env, "state") else None
+    if state is not None and not isinstance(state, str):
+        raise TypeError(
+            f"environment {type(env).__name__}: state() must return a string or None, "
+            f"not {type(state).__name__}"
+        )
+    return state
+
+
 def _step(env: Environment, text: str, deadline: float) -> Step:
     """One environment step, told first how long it may take (counted from when it starts: with
     more episodes than threads, a step may wait for one)."""
@@ -340,6 +353,7 @@ def _trajectory(e: Episode) -> Trajectory:
         text=e.last_text,
         example_index=e.example_index,
         turn_rewards=e.turn_rewards,
+        turn_states=e.turn_states if any(x is not None for x in e.turn_states) else [],
         errors={"env": e.error} if e.error else {},
         rewards={f"env/{k}": float(v) for k, v in outcome.items()},
     )

@@ -75,6 +75,12 @@ def check_algorithm(cfg: RunConfig) -> None:
                 "algo.turn_advantage: 'turn' takes the rewards as the environment gave them; drop "
                 "rewards.shaping and algo.kl_in_reward, or use turn_advantage: trajectory"
             )
+    if takes(estimator, "turn_states") and (cfg.rewards.shaping or a.kl_in_reward):
+        raise RlvrError(
+            f"algo.advantage: '{a.advantage}' computes its returns from the environment's turn rewards "
+            "and outcome as they were given; drop rewards.shaping and algo.kl_in_reward (a KL penalty "
+            "belongs in the loss: algo.kl_coef)"
+        )
     try:
         loss = POLICY_LOSSES.get(a.loss)
     except RlvrError as err:

@@ -25,7 +25,9 @@ from typing import Any
 import torch
 
 from rlvr.algo import ADVANTAGE_ESTIMATORS, token_weights
+from rlvr.algo.gigpo import step_group_metrics
 from rlvr.config import RunConfig
+from rlvr.errors import RlvrError
 from rlvr.models import load_model
 from rlvr.models.precision import grad_scaler, precision_of
 from rlvr.train.learn.batch import TrainBatch, build_batch
@@ -44,9 +46,12 @@ from rlvr.train.learn.optim import build_optimizer, build_scheduler
 from rlvr.train.learn.turns import (
     TURN_MODE_ESTIMATORS,
     SampledLayout,
+    check_step_rewards,
     has_turn_rewards,
     outcome_rewards,
+    step_token_rewards,
     turn_advantages,
+    turn_context,
     turn_end_rewards,
 )
 from rlvr.train.learn.update import policy_update, split_logprobs
@@ -183,11 +188,17 @@ class Learner:
         context: dict[str, Any] = {"lengths": mask.sum(dim=1), "max_new_tokens": max_new}
         metrics: dict[str, float] = {}
         turn_rewards = None
+        estimator = ADVANTAGE_ESTIMATORS.get(a.advantage)
         if has_turn_rewards(trajectories):  # on each turn's last token; the sequence keeps the outcome
             rewards, turn_rewards = (
                 outcome_rewards(trajectories),
                 turn_end_rewards(trajectories, layout.width),
             )
+        if any(t.step_rewards for t in trajectories):  # a reward's per-step rewards, on their tokens
+            check_step_rewards(a, estimator)
+            steps = layout.compact(step_token_rewards(trajectories, mask.shape[1]))
+            rewards = rewards - steps.sum(dim=1)
+            turn_rewards = steps if turn_rewards is None else turn_rewards + steps
         if cfg.rewards.shaping:
             rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
             metrics["reward/shaped_mean"] = float(rewards.mean())
@@ -200,10 +211,18 @@ class Learner:
             metrics["reward/kl_penalty"] = float(-context["token_rewards"].sum(dim=1).mean())
         if turn_rewards is not None:
             context["token_rewards"] = context.get("token_rewards", 0.0) + turn_rewards
-        estimator = ADVANTAGE_ESTIMATORS.get(a.advantage)
         if takes(estimator, "reward_components"):  # each reward's own score (gdpo)
             components = reward_components(trajectories, cfg.rewards.functions)
             context["reward_components"], context["reward_weights"] = components
+        if takes(estimator, "turn_states"):  # per-turn credit from the environment's states (gigpo)
+            context.update(turn_context(trajectories))
+            if not any(x is not None for row in context["turn_states"] for x in row):
+                raise RlvrError(
+                    f"algo.advantage: '{a.advantage}' groups turns by the environment's state, but no "
+                    "episode of this batch reported one: use an environment whose state() returns a "
+                    "string (frozenlake, guess_number, wordle), or another estimator"
+                )
+            metrics.update(step_group_metrics(index, context["turn_states"]))
         if takes(estimator, "example_ids"):
             context["example_ids"] = [t.example_id or f"index:{t.example_index}" for t in trajectories]
         if takes(estimator, "estimator_state"):  # read and updated in place by the estimator

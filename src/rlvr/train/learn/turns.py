@@ -21,6 +21,8 @@ discount 1 every turn's return is the episode's, and the advantages equal ``traj
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from rlvr.algo.advantages import _scale, group_mean, group_std
@@ -105,6 +107,58 @@ def turn_returns(trajectories: list[Trajectory], discount: float) -> list[list[f
             returns[k] = running
         out.append(returns)
     return out
+
+
+def turn_context(trajectories: list[Trajectory]) -> dict[str, list]:
+    """What an estimator of per-turn credit names (``gigpo``), one list per trajectory and one entry
+    per trained segment in ledger order: ``turn_lengths`` (its tokens), ``turn_rewards`` (the turn's
+    reward; the outcome on the last sampled turn, so a row sums to the trajectory's reward) and
+    ``turn_states`` (the environment's state before the turn; None for a given segment or where the
+    environment reported none)."""
+    lengths, rewards, states = [], [], []
+    for t in trajectories:
+        row_lengths, row_rewards, row_states, k = [], [], [], 0
+        last = None
+        for segment in t.segments:
+            if segment.kind == "context":
+                continue
+            row_lengths.append(len(segment.token_ids))
+            sampled = segment.kind == "sampled"
+            row_rewards.append(float(t.turn_rewards[k]) if sampled and k < len(t.turn_rewards) else 0.0)
+            row_states.append(t.turn_states[k] if sampled and k < len(t.turn_states) else None)
+            if sampled:
+                last, k = len(row_rewards) - 1, k + 1
+        if last is not None:  # the outcome, and turn rewards past the sampled turns, on the last turn
+            row_rewards[last] += float(t.reward or 0.0) - sum(row_rewards)
+        lengths.append(row_lengths)
+        rewards.append(row_rewards)
+        states.append(row_states)
+    return {"turn_lengths": lengths, "turn_rewards": rewards, "turn_states": states}
+
+
+def step_token_rewards(trajectories: list[Trajectory], width: int) -> torch.Tensor:
+    """[N, width] in the ledger layout: each step reward of a trajectory on its step's last token
+    (``Trajectory.step_ends``, from :mod:`rlvr.collect.steps`)."""
+    out = torch.zeros(len(trajectories), width)
+    for row, t in enumerate(trajectories):
+        for reward, end in zip(t.step_rewards, t.step_ends, strict=True):
+            out[row, min(max(end, 0), width - 1)] += reward
+    return out
+
+
+def check_step_rewards(algo, estimator) -> None:
+    """A reward returned per-step rewards: refuse an estimator that would not put them on the steps
+    (one that takes no ``token_rewards``, or turn mode, which credits whole turns)."""
+    from rlvr.errors import RlvrError
+
+    takes_tokens = "token_rewards" in inspect.signature(estimator).parameters
+    if algo.turn_advantage == "turn" or not takes_tokens:
+        raise RlvrError(
+            f"a reward returned per-step rewards ('steps'), but algo.advantage '{algo.advantage}'"
+            f"{' with algo.turn_advantage: turn' if algo.turn_advantage == 'turn' else ''} takes one "
+            "reward per sequence and would lose where they are; use algo.advantage: step_returns "
+            "(group-relative returns-to-go) or gae, or return a number instead of 'steps'"
+        )
 
 
 def turn_advantages(

@@ -231,6 +231,30 @@ def tiny_classifier(path) -> str:
     return str(path)
 
 
+def tiny_token_classifier(path) -> str:
+    """Save a tiny random Llama token classifier (two classes: a process reward model's shape)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForTokenClassification
+
+    from rlvr.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-random")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForTokenClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 _calls = 0
 
 

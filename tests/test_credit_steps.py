@@ -163,3 +163,48 @@ def test_a_run_with_a_stepped_reward_trains_and_logs_the_steps(tmp_path):
     api.train(cfg, quiet=True)
     metrics = [r for r in read_jsonl(tmp_path / "bad" / "metrics.jsonl") if r["phase"] == "train"]
     assert metrics[0]["reward/errors"] > 0
+
+
+# -- a process reward model ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prm(tmp_path_factory) -> str:
+    from reward_fixtures import tiny_token_classifier
+
+    return tiny_token_classifier(tmp_path_factory.mktemp("prm"))
+
+
+def test_the_process_reward_model_reads_each_step_end(prm):
+    """Its scores equal a direct forward pass read at each step's last token; fails if a step's
+    position is off (the separator's token, or the next step's first token)."""
+    from rlvr.rewards.process_reward import load_process_model, step_scores
+    from rlvr.rewards.reward_model import render
+
+    example = Example(id="0", prompt=[{"role": "user", "content": "What is 3 + 4?"}], reference="7")
+    completion = "Add 3 and 4.\n\nThat is 7."
+    scores = step_scores(prm, example, completion)
+    model, tok = load_process_model(prm)
+    text = render(tok, example, completion)
+    first_end = text.index("4.") + 1  # the last character of step one
+    enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+    position = next(i for i, (lo, hi) in enumerate(enc["offset_mapping"]) if lo <= first_end < hi)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([enc["input_ids"]])).logits[0]
+    assert len(scores) == 2
+    assert scores[0] == pytest.approx(logits[position].softmax(-1)[1].item(), abs=1e-5)
+    with pytest.raises(ValueError, match="max_length"):
+        step_scores(prm, example, completion, max_length=8)
+
+
+def test_a_process_reward_model_trains_through_the_step_channel(prm, tmp_path):
+    reward = f"rewards.functions=[{{name: process_reward_model, params: {{path: '{prm}', separator: ' '}}}}]"
+    cfg = load_config(
+        None,
+        [*TINY_RUN, reward, "rewards.step_separator=' '", "train.steps=1", "algo.advantage=step_returns",
+         "train.log_trajectories=true", f"output_dir={tmp_path}", "name=prm"],
+    )  # fmt: skip
+    api.train(cfg, quiet=True)
+    rows = read_jsonl(tmp_path / "prm" / "trajectories.jsonl")
+    assert rows and all(len(r["step_rewards"]) == len(r["text"].split(" ")) for r in rows)
+    assert all(0.0 <= x <= 1.0 for r in rows for x in r["step_rewards"])

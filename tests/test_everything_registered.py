@@ -120,7 +120,10 @@ def run_config(tmp_path: Path, name: str, rewards: list[dict[str, Any]], *extra:
 
 
 # rewards that need an environment's episodes, run through the collector by their own tests
-ELSEWHERE = {"environment": "tests/test_envs_games_wiring.py"}
+ELSEWHERE = {
+    "environment": "tests/test_envs_games_wiring.py",
+    "process_reward_model": "tests/test_credit_steps.py",  # per-step rewards need step_returns or gae
+}
 
 
 def test_every_registered_reward_is_exercised() -> None:

@@ -46,6 +46,7 @@ BUILTIN_MODULES = (
     "rlvr.rewards.self_reward",
     "rlvr.rewards.judge",
     "rlvr.rewards.reward_model",
+    "rlvr.rewards.process_reward",
 )
 
 

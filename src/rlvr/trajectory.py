@@ -83,6 +83,9 @@ class Trajectory:
     # response-ledger position of each step's last token (rlvr.collect.steps); empty without them
     step_rewards: list[float] = field(default_factory=list)
     step_ends: list[int] = field(default_factory=list)
+    # Monte-Carlo values of the states at step boundaries (rlvr.collect.vine) and where they are
+    mc_values: list[float] = field(default_factory=list)
+    mc_ends: list[int] = field(default_factory=list)
     advantage: float | None = None  # filled by the learner (mean over tokens for token-level ones)
     # the learner's advantage of each response token (0 on context tokens), for samples.jsonl's
     # token view; not part of the JSONL ledger
@@ -193,6 +196,7 @@ def trajectory_record(t: Trajectory, group: int, kept: bool, **extra: Any) -> di
         "turn_rewards": t.turn_rewards,
         **({"turn_states": t.turn_states} if t.turn_states else {}),
         **({"step_rewards": t.step_rewards, "step_ends": t.step_ends} if t.step_rewards else {}),
+        **({"mc_values": _nan_as_null(t.mc_values), "mc_ends": t.mc_ends} if t.mc_ends else {}),
         "advantage": t.advantage,
         **({"replayed": True} if t.replayed else {}),
     }
@@ -228,8 +232,14 @@ def _trajectory_from_record(row: dict[str, Any]) -> Trajectory:
         turn_states=_states(row.get("turn_states")),
         step_rewards=[float(x) for x in row.get("step_rewards") or []],
         step_ends=[int(x) for x in row.get("step_ends") or []],
+        mc_values=[math.nan if x is None else float(x) for x in row.get("mc_values") or []],
+        mc_ends=[int(x) for x in row.get("mc_ends") or []],
         replayed=bool(row.get("replayed", False)),
     )
+
+
+def _nan_as_null(values: list[float]) -> list[float | None]:
+    return [None if math.isnan(v) else v for v in values]
 
 
 def _states(value: Any) -> list[str | None]:

@@ -34,6 +34,7 @@ from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
 from rlvr.algo.step_returns import step_returns_advantages
 from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
+from rlvr.algo.vine import vine_advantages
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -77,6 +78,7 @@ __all__ = [
     "sft_token_loss",
     "tis_loss",
     "step_returns_advantages",
+    "vine_advantages",
     "token_weights",
     "value_loss",
     "vocab_width",

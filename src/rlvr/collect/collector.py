@@ -16,6 +16,7 @@ pool of the first reward alone.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from rlvr.algo import ADVANTAGE_ESTIMATORS
 from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
@@ -99,6 +101,9 @@ class Collector:
         self.eval_pool = eval_pool(cfg.rewards) if cfg.rewards.functions else None
         # the engine computes per-token self-certainty only when a reward takes it
         self.self_certainty = wants_self_certainty(self.pool)
+        # VinePPO: an estimator that names mc_values gets Monte-Carlo values of its step boundaries
+        estimator = ADVANTAGE_ESTIMATORS.get(cfg.algo.advantage)
+        self.wants_mc_values = "mc_values" in inspect.signature(estimator).parameters
         # which prompts are rolled out (rlvr.data.draw) and what their groups scored (data/history.py)
         sel = cfg.data.selection
         self.history = PromptHistory(len(self.train_examples), self.correctness, sel.easy_at, sel.hard_at)
@@ -278,11 +283,12 @@ class Collector:
             if len(kept) >= want or not a.refill:
                 break
         kept = kept[:want] if a.refill else kept
+        vine = self._add_mc_values(kept) if self.wants_mc_values and kept else {}
         if greedy_baseline and kept:
             errored = self._add_greedy_baselines(kept)
             if errored and self.cfg.rewards.on_error != "zero":  # no baseline, no advantage
                 kept = [g for g in kept if id(g) not in errored]
-        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept)), **counts}
+        stats = {"groups/sampled": float(len(seen)), "groups/kept": float(len(kept)), **counts, **vine}
         stats.update(self.draw.metrics())
         stats.update(self.history.summary())
         if self.replay is not None:
@@ -342,6 +348,17 @@ class Collector:
             if total is None:
                 errored.add(id(group))
         return errored
+
+    def _add_mc_values(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
+        """VinePPO's Monte-Carlo values at each response's step boundaries (rlvr.collect.vine)."""
+        from rlvr.collect.vine import mc_step_values
+
+        params = self.cfg.algo.advantage_params
+        return mc_step_values(
+            self.engine, self.pool, self.tokenizer, groups,
+            [self.train_examples[g.example_index] for g in groups], replace(self._params(), n=1),
+            self.cfg.rewards.step_separator, int(params.get("samples", 4)), int(params.get("max_steps", 8)),
+        )  # fmt: skip
 
     def _greedy_totals(self, indices: list[int]) -> list[float | None]:
         """The reward total of one greedy completion of each training example in ``indices``."""

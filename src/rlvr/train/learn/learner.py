@@ -223,6 +223,9 @@ class Learner:
                     "string (frozenlake, guess_number, wordle), or another estimator"
                 )
             metrics.update(step_group_metrics(index, context["turn_states"]))
+        if takes(estimator, "mc_values"):  # VinePPO: values the collector measured (rlvr.collect.vine)
+            context["mc_values"] = [t.mc_values for t in trajectories]
+            context["mc_ends"] = [t.mc_ends for t in trajectories]
         if takes(estimator, "example_ids"):
             context["example_ids"] = [t.example_id or f"index:{t.example_index}" for t in trajectories]
         if takes(estimator, "estimator_state"):  # read and updated in place by the estimator

@@ -1,0 +1,110 @@
+"""Monte-Carlo step values (VinePPO, seeds 003:181-182): the engine continues each response from its
+step boundaries, and the continuations' mean reward is the value of the state at that boundary.
+
+For a kept response split into steps at ``rewards.step_separator`` (:mod:`rlvr.collect.steps`), the
+collector takes up to ``max_steps - 1`` boundaries (evenly spread when the response has more
+steps), asks the engine for ``samples`` continuations of the prompt followed by the response up to
+each boundary, scores every continuation as a whole response (the prefix's text plus the new text)
+with the run's rewards, and stores each boundary's mean on the trajectory: ``mc_values`` and
+``mc_ends`` (the boundary's last token in the response). The ``vine`` estimator
+(:mod:`rlvr.algo.vine`) turns them into step advantages. A boundary none of whose continuations
+could be scored (or that leaves no room to continue) gets NaN and is counted
+(``vine/unvalued_boundaries``): the estimator merges its two steps, never reads it as a value of 0.
+
+No value network and no extra model: the cost is ``samples`` continuations per boundary, each at
+most ``rollout.max_new_tokens`` minus the prefix. Single-turn responses only (an episode's state
+lives in its environment, which cannot be copied mid-episode: use ``gigpo`` there).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from rlvr.collect.steps import step_end_positions
+from rlvr.data.example import Example
+from rlvr.errors import RlvrError
+from rlvr.rewards.scoring import score_completions
+from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.trajectory import SAMPLED, TrajectoryGroup
+
+
+def boundaries(ends: list[int], max_steps: int) -> list[int]:
+    """Up to ``max_steps - 1`` of the inner step ends (all but the last), evenly spread."""
+    inner = ends[:-1]
+    room = max(max_steps - 1, 0)
+    if len(inner) <= room:
+        return inner
+    if room == 0:
+        return []
+    picks = [round((k + 1) * (len(inner) + 1) / (room + 1)) - 1 for k in range(room)]
+    return sorted({inner[min(max(p, 0), len(inner) - 1)] for p in picks})
+
+
+def mc_step_values(
+    engine: Any,
+    pool: Any,
+    tokenizer: Any,
+    groups: list[TrajectoryGroup],
+    examples: list[Example],
+    params: SamplingParams,
+    separator: str,
+    samples: int,
+    max_steps: int,
+) -> dict[str, float]:
+    """Fill ``mc_values`` and ``mc_ends`` of every trajectory of ``groups`` (``examples``: each
+    group's example); returns ``vine/*`` metrics."""
+    if pool is None:
+        raise RlvrError("algo.advantage: 'vine' scores continuations with rewards.functions; none are set")
+    prompts, owners, completions_of = [], [], []
+    for group, example in zip(groups, examples, strict=True):
+        for t in group.trajectories:
+            sampled = [s for s in t.segments if s.kind == SAMPLED]
+            if len(t.segments) != 1 or len(sampled) != 1:
+                raise RlvrError(
+                    "algo.advantage: 'vine' continues single-turn responses from their steps; this run "
+                    "has multi-turn episodes or given tokens (use gigpo for an environment's episodes)"
+                )
+            ids, logprobs = sampled[0].token_ids, sampled[0].logprobs or []
+            t.mc_ends = boundaries(step_end_positions(t, tokenizer, separator), max_steps)
+            t.mc_values = []
+            for end in t.mc_ends:
+                prefix = ids[: end + 1]
+                room = params.max_new_tokens - len(prefix)
+                if room <= 0:
+                    continue
+                prompts.append(list(t.prompt_ids) + prefix)
+                owners.append((t, end, example, prefix, logprobs[: end + 1]))
+                completions_of.append(room)
+    if not prompts:
+        return {"vine/continuations": 0.0, "vine/unvalued_boundaries": 0.0}
+    room = max(completions_of)
+    outs = engine.generate(prompts, replace(params, n=samples, max_new_tokens=room))
+    flat, flat_examples, spans = [], [], []
+    for (t, end, example, prefix, prefix_lps), continuations, limit in zip(
+        owners, outs, completions_of, strict=True
+    ):
+        start = len(flat)
+        head = tokenizer.decode(prefix, skip_special_tokens=True)
+        for c in continuations:
+            ids, lps = c.token_ids[:limit], c.logprobs[:limit]
+            finish = c.finish_reason if len(c.token_ids) <= limit else "length"
+            text = head + tokenizer.decode(ids, skip_special_tokens=True)
+            flat.append(
+                Completion(c.prompt_index, t.prompt_ids, prefix + ids, prefix_lps + lps, finish, text)
+            )
+            flat_examples.append(example)
+        spans.append((t, end, start, len(flat)))
+    results = score_completions(pool, flat, flat_examples)
+    values: dict[tuple[int, int], float] = {}
+    unscored = 0
+    for t, end, start, stop in spans:
+        scored = [r.total for r in results[start:stop] if r.total is not None]
+        values[(id(t), end)] = sum(scored) / len(scored) if scored else math.nan
+        unscored += not scored
+    for group in groups:
+        for t in group.trajectories:
+            t.mc_values = [values.get((id(t), end), math.nan) for end in t.mc_ends]
+            unscored += sum(1 for end in t.mc_ends if (id(t), end) not in values)  # no room to continue
+    return {"vine/continuations": float(len(flat)), "vine/unvalued_boundaries": float(unscored)}

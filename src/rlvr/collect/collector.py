@@ -350,15 +350,30 @@ class Collector:
         return errored
 
     def _add_mc_values(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
-        """VinePPO's Monte-Carlo values at each response's step boundaries (rlvr.collect.vine)."""
+        """VinePPO's Monte-Carlo values at each response's step boundaries (rlvr.collect.vine),
+        measured once per group (spread over the ranks, like the sampling) and set on every rank."""
+        measured = self.spread(groups, self._mc_values)
+        metrics = {"vine/continuations": 0.0, "vine/unvalued_boundaries": 0.0}
+        for group, (rows, counts) in zip(groups, measured, strict=True):
+            for t, (values, ends) in zip(group.trajectories, rows, strict=True):
+                t.mc_values, t.mc_ends = list(values), list(ends)
+            for key, value in counts.items():
+                metrics[key] += value
+        return metrics
+
+    def _mc_values(self, groups: list[TrajectoryGroup]) -> list[tuple[list, dict[str, float]]]:
         from rlvr.collect.vine import mc_step_values
 
         params = self.cfg.algo.advantage_params
-        return mc_step_values(
-            self.engine, self.pool, self.tokenizer, groups,
-            [self.train_examples[g.example_index] for g in groups], replace(self._params(), n=1),
-            self.cfg.rewards.step_separator, int(params.get("samples", 4)), int(params.get("max_steps", 8)),
-        )  # fmt: skip
+        out = []
+        for group in groups:  # one group at a time: its own counts, and results a rank can send back
+            counts = mc_step_values(
+                self.engine, self.pool, self.tokenizer, [group], [self.train_examples[group.example_index]],
+                replace(self._params(), n=1), self.cfg.rewards.step_separator,
+                int(params.get("samples", 4)), int(params.get("max_steps", 8)),
+            )  # fmt: skip
+            out.append(([(t.mc_values, t.mc_ends) for t in group.trajectories], counts))
+        return out
 
     def _greedy_totals(self, indices: list[int]) -> list[float | None]:
         """The reward total of one greedy completion of each training example in ``indices``."""

@@ -131,3 +131,24 @@ def test_a_vine_run_trains_with_measured_values(tmp_path):
     assert kept and all(len(r["mc_values"]) == len(r["mc_ends"]) > 0 for r in kept)
     metrics = [r for r in read_jsonl(tmp_path / "vine" / "metrics.jsonl") if r["phase"] == "train"]
     assert metrics[0]["vine/continuations"] > 0 and "update/loss" in metrics[0]
+
+
+def test_uncertain_boundaries_branch_before_the_least_likely_tokens(tiny):
+    from rlvr.collect.vine import uncertain_boundaries
+
+    logprobs = [-0.1, -3.0, -0.2, -0.05, -2.0, -0.3]
+    assert uncertain_boundaries(logprobs, 3) == [0, 3]  # before tokens 1 and 4
+    assert uncertain_boundaries([-5.0, -0.1], 4) == [0]  # the first token is never a branch point
+    _, tok = tiny
+    t = _response(tok, "aa bb cc dd")
+    t.segments[0].logprobs = [-0.1] * len(t.segments[0].token_ids)
+    t.segments[0].logprobs[2] = -4.0
+    engine = Continue(tok, [" x"])
+    example = Example(id="e", prompt=[{"role": "user", "content": "q"}], reference="")
+    spec = RewardSpec(name="reward_fixtures:scaled_len", params={"scale": 1.0})
+    with RewardPool([spec], workers=1) as pool:
+        params = SamplingParams(n=1, max_new_tokens=32)
+        mc_step_values(
+            engine, pool, tok, [TrajectoryGroup(0, [t])], [example], params, " ", 1, 2, "uncertain"
+        )
+    assert t.mc_ends == [1] and engine.prompts[0][2:] == t.segments[0].token_ids[:2]

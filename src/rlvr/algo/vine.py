@@ -32,11 +32,15 @@ def vine_advantages(
     mc_ends: list[list[int]],
     samples: int = 4,
     max_steps: int = 8,
+    split: str = "separator",
     normalize: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Step advantages [N, T] (module docstring). ``samples`` and ``max_steps`` are the collector's
-    (continuations per boundary, most steps valued per response); they are read there."""
+    """Step advantages [N, T] (module docstring). ``samples``, ``max_steps`` and ``split`` are the
+    collector's (continuations per boundary, most steps valued per response, where the boundaries
+    are: ``separator`` or ``uncertain``, rlvr.collect.vine); they are read there."""
+    if split not in ("separator", "uncertain"):
+        raise ValueError(f"vine: split must be 'separator' or 'uncertain', not {split!r}")
     del samples, max_steps
     n = rewards.shape[0]
     width = int(lengths.max()) if n else 0

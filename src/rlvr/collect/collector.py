@@ -371,6 +371,7 @@ class Collector:
                 self.engine, self.pool, self.tokenizer, [group], [self.train_examples[group.example_index]],
                 replace(self._params(), n=1), self.cfg.rewards.step_separator,
                 int(params.get("samples", 4)), int(params.get("max_steps", 8)),
+                str(params.get("split", "separator")),
             )  # fmt: skip
             out.append(([(t.mc_values, t.mc_ends) for t in group.trajectories], counts))
         return out

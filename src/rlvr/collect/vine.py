@@ -11,6 +11,10 @@ with the run's rewards, and stores each boundary's mean on the trajectory: ``mc_
 could be scored (or that leaves no room to continue) gets NaN and is counted
 (``vine/unvalued_boundaries``): the estimator merges its two steps, never reads it as a value of 0.
 
+With ``split: uncertain`` the boundaries are instead placed just before the ``max_steps - 1``
+sampled tokens of lowest sampling probability (where tree-search rollouts such as TreeRL, seeds
+002:1, branch: at the policy's uncertain choices), so the continuations re-decide those tokens.
+
 No value network and no extra model: the cost is ``samples`` continuations per boundary, each at
 most ``rollout.max_new_tokens`` minus the prefix. Single-turn responses only (an episode's state
 lives in its environment, which cannot be copied mid-episode: use ``gigpo`` there).
@@ -42,6 +46,14 @@ def boundaries(ends: list[int], max_steps: int) -> list[int]:
     return sorted({inner[min(max(p, 0), len(inner) - 1)] for p in picks})
 
 
+def uncertain_boundaries(logprobs: list[float], max_steps: int) -> list[int]:
+    """Branch points at the ``max_steps - 1`` sampled tokens the policy was least sure of (lowest
+    sampling logprob; never the first token): the boundary is just before each of them, so the
+    continuations re-decide it. In token order."""
+    candidates = sorted(range(1, len(logprobs)), key=lambda j: (logprobs[j], j))[: max(max_steps - 1, 0)]
+    return sorted(j - 1 for j in candidates)
+
+
 def mc_step_values(
     engine: Any,
     pool: Any,
@@ -52,9 +64,11 @@ def mc_step_values(
     separator: str,
     samples: int,
     max_steps: int,
+    split: str = "separator",
 ) -> dict[str, float]:
     """Fill ``mc_values`` and ``mc_ends`` of every trajectory of ``groups`` (``examples``: each
-    group's example); returns ``vine/*`` metrics."""
+    group's example); returns ``vine/*`` metrics. ``split``: ``separator`` (steps of the text) or
+    ``uncertain`` (before the least likely sampled tokens, as tree rollouts branch)."""
     if pool is None:
         raise RlvrError("algo.advantage: 'vine' scores continuations with rewards.functions; none are set")
     prompts, owners, completions_of = [], [], []
@@ -67,7 +81,10 @@ def mc_step_values(
                     "has multi-turn episodes or given tokens (use gigpo for an environment's episodes)"
                 )
             ids, logprobs = sampled[0].token_ids, sampled[0].logprobs or []
-            t.mc_ends = boundaries(step_end_positions(t, tokenizer, separator), max_steps)
+            if split == "uncertain":
+                t.mc_ends = uncertain_boundaries(list(logprobs), max_steps)
+            else:
+                t.mc_ends = boundaries(step_end_positions(t, tokenizer, separator), max_steps)
             t.mc_values = []
             for end in t.mc_ends:
                 prefix = ids[: end + 1]

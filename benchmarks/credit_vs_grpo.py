@@ -99,7 +99,7 @@ def summarize(game: str, sft_from: str | None) -> None:
     """One row per seed: held-out success after SFT, after GRPO and after GiGPO (same SFT weights),
     the moves per episode, the RL steps each made in its time; means ± sd; a plot."""
     table, curves = [], {}
-    for run_dir in sorted(OUT.glob(f"{game}-gigpo-s*")):
+    for run_dir in sorted(d for d in OUT.glob(f"{game}-gigpo-s*") if d.is_dir()):
         seed = int(run_dir.name.rsplit("-s", 1)[1])
         sft_dir = _sft_model(game, seed, sft_from).parents[2]
         row: dict = {"seed": seed, "sft": _after(_rows(sft_dir / "metrics.jsonl"))}

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
+from rlvr.config.credit import PrimeConfig
 from rlvr.config.data_plan import CurriculumConfig, ReplayConfig, SelectionConfig, SourceItem
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
@@ -362,6 +363,7 @@ class AlgoConfig(Section):
     entropy_coef_min: float = Field(0.0, ge=0, description="Lower bound of the entropy coefficient.")
     entropy_coef_max: float = Field(1e-2, ge=0, description="Upper bound of the entropy coefficient.")
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    prime: PrimeConfig = Field(default_factory=PrimeConfig)
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")

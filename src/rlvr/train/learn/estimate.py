@@ -75,6 +75,12 @@ def check_algorithm(cfg: RunConfig) -> None:
                 "algo.turn_advantage: 'turn' takes the rewards as the environment gave them; drop "
                 "rewards.shaping and algo.kl_in_reward, or use turn_advantage: trajectory"
             )
+    if a.prime.coef > 0 and (not takes(estimator, "token_rewards") or a.turn_advantage == "turn"):
+        raise RlvrError(
+            f"algo.prime: PRIME's process rewards are per token, but algo.advantage '{a.advantage}'"
+            f"{' with algo.turn_advantage: turn' if a.turn_advantage == 'turn' else ''} takes one reward "
+            "per sequence; use algo.advantage: step_returns (or gae)"
+        )
     if takes(estimator, "turn_states") and (cfg.rewards.shaping or a.kl_in_reward):
         raise RlvrError(
             f"algo.advantage: '{a.advantage}' computes its returns from the environment's turn rewards "

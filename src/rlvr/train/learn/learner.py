@@ -85,6 +85,13 @@ class Learner:
         self.ref_model = None
         if cfg.algo.kl_coef > 0:  # no reference model at all when KL is off
             self.ref_model = self.load_reference()
+        self.prime = None  # PRIME's implicit process reward model (rlvr.train.learn.prime)
+        if cfg.algo.prime.coef > 0:
+            from rlvr.train.learn.prime import ImplicitPRM
+
+            self.prime = ImplicitPRM(
+                cfg, self.ref_model if self.ref_model is not None else self.load_reference()
+            )
         total_updates = cfg.train.steps * cfg.algo.epochs * cfg.algo.minibatches
         self.critic = build_critic(cfg, self.model, total_updates)
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -199,6 +206,13 @@ class Learner:
             steps = layout.compact(step_token_rewards(trajectories, mask.shape[1]))
             rewards = rewards - steps.sum(dim=1)
             turn_rewards = steps if turn_rewards is None else turn_rewards + steps
+        if self.prime is not None:  # PRIME: the implicit PRM's per-token rewards, after its update
+            if self.shard is not None:
+                raise RlvrError("algo.prime does not run under torchrun yet: train in one process")
+            implicit, prime_metrics = self.prime.process(on_device, trajectories)
+            metrics.update(prime_metrics)
+            implicit = layout.compact(implicit.cpu())
+            turn_rewards = implicit if turn_rewards is None else turn_rewards + implicit
         if cfg.rewards.shaping:
             rewards = shape_rewards(rewards, index, cfg.rewards.shaping, context)
             metrics["reward/shaped_mean"] = float(rewards.mean())
@@ -306,6 +320,8 @@ class Learner:
             state["grad_scaler"] = self.scaler.state_dict()
         if self.estimator_state:
             state["estimator"] = copy.deepcopy(self.estimator_state)
+        if self.prime is not None:
+            state["prime"] = self.prime.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -316,3 +332,5 @@ class Learner:
         if self.scaler is not None and "grad_scaler" in state:
             self.scaler.load_state_dict(state["grad_scaler"])
         self.estimator_state = copy.deepcopy(state.get("estimator", {}))
+        if self.prime is not None and "prime" in state:
+            self.prime.load_state_dict(state["prime"])

@@ -207,10 +207,11 @@ def start_scripted_judge(reply: str = "Score: 7"):
 
 
 # ------------------------------------------------------------------ a reward model
-def tiny_classifier(path) -> str:
-    """Save a tiny random Llama sequence classifier (one score) with tiny-random's tokenizer to ``path``."""
+def tiny_classifier(path, token_level: bool = False) -> str:
+    """Save a tiny random Llama sequence classifier (one score) with tiny-random's tokenizer to ``path``;
+    ``token_level``: a token classifier with two classes instead."""
     import torch
-    from transformers import LlamaConfig, LlamaForSequenceClassification
+    from transformers import LlamaConfig, LlamaForSequenceClassification, LlamaForTokenClassification
 
     from rlvr.models import load_tokenizer
 
@@ -222,37 +223,20 @@ def tiny_classifier(path) -> str:
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,
-        num_labels=1,
+        num_labels=2 if token_level else 1,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
-    LlamaForSequenceClassification(config).save_pretrained(path)
+    (LlamaForTokenClassification if token_level else LlamaForSequenceClassification)(config).save_pretrained(
+        path
+    )
     tokenizer.save_pretrained(path)
     return str(path)
 
 
 def tiny_token_classifier(path) -> str:
     """Save a tiny random Llama token classifier (two classes: a process reward model's shape)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForTokenClassification
-
-    from rlvr.models import load_tokenizer
-
-    tokenizer = load_tokenizer("tiny-random")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=2,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForTokenClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return tiny_classifier(path, token_level=True)
 
 
 _calls = 0

@@ -15,33 +15,21 @@ error for that sample (counted), never a list cut short.
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt
 
 from rlvr.data.example import Example
 from rlvr.rewards.registry import register_reward
-from rlvr.rewards.reward_model import _check, render
+from rlvr.rewards.reward_model import _check, load_reward_model, render
 
 
-@functools.lru_cache(maxsize=2)
 def load_process_model(path: str, device: str = "cpu", threads: int = 1) -> tuple[Any, Any]:
     """(model, tokenizer) of the token classifier at ``path``, in eval mode, cached per process."""
-    import torch
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
-
-    from rlvr.hub import hub_offline
-
-    if threads > 0:
-        torch.set_num_threads(threads)
-    local = Path(path).exists() or hub_offline()
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    model, tokenizer = load_reward_model(path, device, threads, tokens=True)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"process reward model {path}: needs a fast tokenizer (offset mappings)")
-    model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32, local_files_only=local)
-    return model.to(device).eval(), tokenizer
+    return model, tokenizer
 
 
 def step_end_chars(completion: str, separator: str) -> list[int]:

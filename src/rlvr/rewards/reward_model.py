@@ -27,22 +27,28 @@ from rlvr.rewards.registry import register_group_reward, register_reward
 
 
 @functools.lru_cache(maxsize=2)
-def load_reward_model(path: str, device: str = "cpu", threads: int = 1) -> tuple[Any, Any]:
-    """(model, tokenizer) of the classifier at ``path``, in eval mode, cached per process."""
+def load_reward_model(
+    path: str, device: str = "cpu", threads: int = 1, tokens: bool = False
+) -> tuple[Any, Any]:
+    """(model, tokenizer) of the classifier at ``path``, in eval mode, cached per process: a sequence
+    classifier, or with ``tokens`` a token classifier (a process reward model)."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    import transformers
 
     from rlvr.hub import hub_offline
 
     if threads > 0:
         torch.set_num_threads(threads)
     local = Path(path).exists() or hub_offline()  # a Hub id downloads unless downloads are off
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=local)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype=torch.float32, local_files_only=local
+    auto = (
+        transformers.AutoModelForTokenClassification
+        if tokens
+        else transformers.AutoModelForSequenceClassification
     )
+    model = auto.from_pretrained(path, dtype=torch.float32, local_files_only=local)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # needed to find each row's last token
     return model.to(device).eval(), tokenizer

@@ -16,6 +16,9 @@ to core 0 and core 1 (``taskset``), so that whatever else the machine does slows
    (GRPO with the same number of steps of the same prompts × completions): equal samples.
 4. ``self_distill`` (the live policy with the reference answer in its prompt as teacher) vs
    ``grpo``: equal training wall time.
+5. ``prime`` (PRIME's implicit process rewards with step_returns) or ``vine`` (VinePPO's
+   Monte-Carlo step values) vs ``grpo``: equal training wall time (``--pairs grpo:prime``;
+   docs/credit.md).
 
 Every arm evaluates greedy accuracy on the same 200 held-out problems before and after
 (``data.seed`` fixed), writes a model-only checkpoint, and is a normal run directory under
@@ -61,6 +64,9 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
         "opd": ["opd", limit, "train.steps=1000", f"distill.teacher={teacher}"],
         "dpo": ["dpo", "train.time_limit_s=null", f"train.steps={steps}", "rollout.prompts_per_step=4"],
         "self_distill": ["self_distill", limit, "train.steps=1000"],
+        # dense credit (docs/credit.md): --pairs grpo:prime or grpo:vine
+        "prime": ["prime", limit, "train.steps=1000"],
+        "vine": ["vine", limit, "train.steps=1000"],
     }
 
 

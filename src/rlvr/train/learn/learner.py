@@ -206,7 +206,7 @@ class Learner:
             steps = layout.compact(step_token_rewards(trajectories, mask.shape[1]))
             rewards = rewards - steps.sum(dim=1)
             turn_rewards = steps if turn_rewards is None else turn_rewards + steps
-        if self.prime is not None:  # PRIME: the implicit PRM's per-token rewards, after its update
+        if self.prime is not None:  # PRIME: the implicit PRM's per-token rewards (algo.prime.update)
             if self.shard is not None:
                 raise RlvrError("algo.prime does not run under torchrun yet: train in one process")
             implicit, prime_metrics = self.prime.process(on_device, trajectories)

@@ -131,9 +131,9 @@ def summarize(game: str, sft_from: str | None) -> None:
         sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
         print(f"{key}: {mean:.1f}% ± {sd:.1f}% over {len(values)} seed(s)")
     n = int(table[0]["gigpo"].get("eval/size", 100))
-    print(
-        f"binomial sd of one held-out number at 20% and n={n}: ±{100 * math.sqrt(0.2 * 0.8 / n):.1f} points"
-    )
+    p = sum(r["sft"]["eval/accuracy"] for r in table) / len(table)  # at the SFT mean
+    sd = 100 * math.sqrt(p * (1 - p) / n)
+    print(f"binomial sd of one held-out number at {100 * p:.0f}% and n={n}: ±{sd:.1f} points")
     _plot(game, table, curves)
 
 

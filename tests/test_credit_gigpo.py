@@ -243,3 +243,22 @@ def test_gigpo_is_refused_without_states_and_with_reward_shaping(tmp_path):
         )
     with pytest.raises(RlvrError, match="turn_advantage"):
         check_algorithm(load_config(None, [*TINY_RUN, "algo.advantage=gigpo", "algo.turn_advantage=turn"]))
+
+
+def test_a_broken_state_ends_its_episode_not_the_run():
+    tok = load_tokenizer("tiny-random")
+
+    class Broken(FrozenLake):
+        def state(self):
+            return 3  # not a string
+
+    engine = ScriptedEngine(tok, ["<move>down</move>"])
+    with ThreadPoolExecutor(2) as threads:
+        groups = run_episodes(
+            engine, tok, [(0, Example(id="b", prompt=[], metadata={"seed": 4}))],
+            lambda e: Broken(demonstrate=False), SamplingParams(n=2, max_new_tokens=16),
+            EpisodeLimits(max_turns=3, max_tokens=2000), threads,
+        )  # fmt: skip
+    t = groups[0][0]
+    assert "state() must return a string" in t.errors["env"]
+    assert t.turn_states == []

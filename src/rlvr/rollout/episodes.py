@@ -259,7 +259,7 @@ def _model_turns(
                 )
                 body = c.token_ids[:-1] if ended_by is not None else c.token_ids
                 text = tokenizer.decode(body, skip_special_tokens=False)
-                e.turn_states.append(env_state(e.env))  # what this turn acted in
+                e.turn_states.append(_state_or_error(e))  # what this turn acted in
                 e.ledger.add_model_turn(c.token_ids, c.logprobs, text, ended_by)
                 e.turns += 1
                 e.last_text = tokenizer.decode(body, skip_special_tokens=True)
@@ -317,6 +317,16 @@ def env_state(env: Environment) -> str | None:
             f"not {type(state).__name__}"
         )
     return state
+
+
+def _state_or_error(e: Episode) -> str | None:
+    """The episode's state before this turn; a broken ``state()`` ends the episode with an error
+    (like a failing step), never the run."""
+    try:
+        return env_state(e.env)
+    except Exception as err:
+        e.done, e.error = True, f"environment state() failed: {type(err).__name__}: {err}"
+        return None
 
 
 def _step(env: Environment, text: str, deadline: float) -> Step:

@@ -82,7 +82,7 @@ class ImplicitPRM:
             q = (self.p.coef * (logprobs - ref[rows, :width]) * sub.completion_mask).sum(dim=1)
             loss = torch.nn.functional.binary_cross_entropy_with_logits(q, labels[rows], reduction="sum")
             (loss / len(batch)).backward()
-            total += float(loss)
+            total += float(loss.detach())
             right += float(((q > 0).float() == labels[rows]).sum())
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.p.grad_clip)
         self.optimizer.step()

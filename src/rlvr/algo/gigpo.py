@@ -2,7 +2,7 @@
 
 Episode-level GRPO gives every turn of an episode the same advantage: a game won in 9 moves, 5 of
 them into a wall, credits the wall moves like the good ones. GiGPO (Group-in-Group Policy
-Optimization; no seed abstract, peers' reading in ../shared/PEERS.md "Credit") adds a second,
+Optimization; no seed abstract, built as ROLL implements it) adds a second,
 step-level group without any extra rollout: the G episodes of one prompt start from the same state
 and often pass through the same states again (the same square of a lake, the same range of
 numbers), so the turns taken *in one state* across the group form a group of their own, and each

@@ -149,4 +149,16 @@ def dump_config(config: RunConfig) -> str:
         default = default.model_dump(mode="json") if hasattr(default, "model_dump") else default
         if tree["data"][section] == default:
             del tree["data"][section]
-    return yaml.safe_dump(tree, sort_keys=False)
+    return yaml.dump(tree, Dumper=_Dumper, sort_keys=False)
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump, with strings that hold a line break written double-quoted (``"\\n\\n"``), not folded."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)

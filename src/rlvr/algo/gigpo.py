@@ -141,7 +141,8 @@ def gigpo_advantages(
 
 def step_group_metrics(group_index: torch.Tensor, turn_states: list[list[str | None]]) -> dict[str, float]:
     """``gigpo/grouped_turns``: the share of turns whose state another turn of their group shared
-    (they get a step advantage); ``gigpo/step_group_size``: the mean size of those step groups."""
+    (they get a step advantage); ``gigpo/step_group_size``: the size of a grouped turn's step group,
+    averaged over those turns."""
     ids = [i for row in step_group_index(group_index, turn_states) for i in row]
     if not ids:
         return {"gigpo/grouped_turns": 0.0, "gigpo/step_group_size": 0.0}

@@ -102,12 +102,12 @@ MAX_STEPS = 4096
 
 def _check_steps(label: str, value: Any) -> list[float] | str:
     """A reward's ``steps``: a list of at most MAX_STEPS finite numbers, or the error message."""
+    if isinstance(value, (list, tuple)) and len(value) > MAX_STEPS:  # before looking at each entry
+        return f"ValueError: reward {label!r} returned {len(value)} step rewards (at most {MAX_STEPS})"
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(x, numbers.Real) and not isinstance(x, bool) for x in value
     ):
         return f"TypeError: reward {label!r} returned 'steps' that is not a list of numbers"
-    if len(value) > MAX_STEPS:
-        return f"ValueError: reward {label!r} returned {len(value)} step rewards (at most {MAX_STEPS})"
     steps = [float(x) for x in value]
     if not all(math.isfinite(x) for x in steps):
         return f"ValueError: reward {label!r} returned a non-finite step reward"

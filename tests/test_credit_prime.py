@@ -76,7 +76,7 @@ def test_the_learner_adds_the_implicit_rewards_to_the_estimator(tmp_path, monkey
     groups = _groups()
     known = torch.zeros(3, 4)
     known[1, 0] = 0.7  # a process reward on the first token of the second response
-    monkeypatch.setattr(learner.prime, "token_rewards", lambda batch: known.clone())
+    monkeypatch.setattr(learner.prime, "token_rewards", lambda batch, ref=None: known.clone())
     batch, metrics = learner.prepare_batch(groups)
     lengths = torch.tensor([4, 3, 2])
     expected = step_returns_advantages(

@@ -31,10 +31,11 @@ from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.collect.steps import apply_step_rewards
+from rlvr.collect.vine import add_mc_values
 from rlvr.config import RunConfig
 from rlvr.data import Example
 from rlvr.data.draw import build_draw
-from rlvr.data.history import PromptHistory
+from rlvr.data.history import PromptHistory, correctness_key
 from rlvr.envs import Environment, make_env
 from rlvr.envs.base import env_factory
 from rlvr.envs.data_params import check_env_examples, env_params, route_env
@@ -283,7 +284,7 @@ class Collector:
             if len(kept) >= want or not a.refill:
                 break
         kept = kept[:want] if a.refill else kept
-        vine = self._add_mc_values(kept) if self.wants_mc_values and kept else {}
+        vine = add_mc_values(self, kept) if self.wants_mc_values and kept else {}
         if greedy_baseline and kept:
             errored = self._add_greedy_baselines(kept)
             if errored and self.cfg.rewards.on_error != "zero":  # no baseline, no advantage
@@ -334,8 +335,7 @@ class Collector:
     def correctness(self) -> str:
         """The reward component that says whether an answer is right: the first reward's, or the
         environment's ``env/solved`` when only the environment rewards."""
-        functions = self.cfg.rewards.functions
-        return (functions[0].label or functions[0].name) if functions else "env/solved"
+        return correctness_key(self.cfg)
 
     def _add_greedy_baselines(self, groups: list[TrajectoryGroup]) -> set[int]:
         """Each group's ``baseline_reward``: the reward of one greedy completion of its prompt. Returns
@@ -348,33 +348,6 @@ class Collector:
             if total is None:
                 errored.add(id(group))
         return errored
-
-    def _add_mc_values(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
-        """VinePPO's Monte-Carlo values at each response's step boundaries (rlvr.collect.vine),
-        measured once per group (spread over the ranks, like the sampling) and set on every rank."""
-        measured = self.spread(groups, self._mc_values)
-        metrics = {"vine/continuations": 0.0, "vine/unvalued_boundaries": 0.0}
-        for group, (rows, counts) in zip(groups, measured, strict=True):
-            for t, (values, ends) in zip(group.trajectories, rows, strict=True):
-                t.mc_values, t.mc_ends = list(values), list(ends)
-            for key, value in counts.items():
-                metrics[key] += value
-        return metrics
-
-    def _mc_values(self, groups: list[TrajectoryGroup]) -> list[tuple[list, dict[str, float]]]:
-        from rlvr.collect.vine import mc_step_values
-
-        params = self.cfg.algo.advantage_params
-        out = []
-        for group in groups:  # one group at a time: its own counts, and results a rank can send back
-            counts = mc_step_values(
-                self.engine, self.pool, self.tokenizer, [group], [self.train_examples[group.example_index]],
-                replace(self._params(), n=1), self.cfg.rewards.step_separator,
-                int(params.get("samples", 4)), int(params.get("max_steps", 8)),
-                str(params.get("split", "separator")),
-            )  # fmt: skip
-            out.append(([(t.mc_values, t.mc_ends) for t in group.trajectories], counts))
-        return out
 
     def _greedy_totals(self, indices: list[int]) -> list[float | None]:
         """The reward total of one greedy completion of each training example in ``indices``."""

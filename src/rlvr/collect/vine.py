@@ -125,3 +125,31 @@ def mc_step_values(
             t.mc_values = [values.get((id(t), end), math.nan) for end in t.mc_ends]
             unscored += sum(1 for end in t.mc_ends if (id(t), end) not in values)  # no room to continue
     return {"vine/continuations": float(len(flat)), "vine/unvalued_boundaries": float(unscored)}
+
+
+def add_mc_values(collector: Any, groups: list[TrajectoryGroup]) -> dict[str, float]:
+    """The collector's pass: values measured once per group, spread over the ranks like the sampling
+    (``collector.spread``), and set on every rank's trajectories; returns the summed metrics."""
+    measured = collector.spread(groups, lambda part: _measure(collector, part))
+    metrics = {"vine/continuations": 0.0, "vine/unvalued_boundaries": 0.0}
+    for group, (rows, counts) in zip(groups, measured, strict=True):
+        for t, (values, ends) in zip(group.trajectories, rows, strict=True):
+            t.mc_values, t.mc_ends = list(values), list(ends)
+        for key, value in counts.items():
+            metrics[key] += value
+    return metrics
+
+
+def _measure(collector: Any, groups: list[TrajectoryGroup]) -> list[tuple[list, dict[str, float]]]:
+    """Each group's ``(values and ends per trajectory, counts)``: plain data a rank can send back."""
+    cfg, out = collector.cfg, []
+    params = cfg.algo.advantage_params
+    for group in groups:
+        counts = mc_step_values(
+            collector.engine, collector.pool, collector.tokenizer, [group],
+            [collector.train_examples[group.example_index]], replace(collector._params(), n=1),
+            cfg.rewards.step_separator, int(params.get("samples", 4)), int(params.get("max_steps", 8)),
+            str(params.get("split", "separator")),
+        )  # fmt: skip
+        out.append(([(t.mc_values, t.mc_ends) for t in group.trajectories], counts))
+    return out

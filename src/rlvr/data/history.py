@@ -21,6 +21,15 @@ from typing import Any
 from rlvr.trajectory import TrajectoryGroup
 
 CORRECT_AT = 1.0 - 1e-6  # a sample is correct when its correctness component reaches 1 (as eval)
+
+
+def correctness_key(cfg: Any) -> str:
+    """The reward component that says whether an answer is right: the first reward's, or the
+    environment's ``env/solved`` when only the environment rewards."""
+    functions = cfg.rewards.functions
+    return (functions[0].label or functions[0].name) if functions else "env/solved"
+
+
 KEEP_STEPS = 16  # the steps an example was rolled out at that its record keeps (the latest)
 EASY_AT, HARD_AT = 0.98, 0.11  # a group's mean correctness: all-correct at or above, all-wrong at or below
 

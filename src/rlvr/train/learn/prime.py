@@ -25,18 +25,12 @@ from typing import Any
 import torch
 
 from rlvr.config import RunConfig
+from rlvr.data.history import CORRECT_AT, correctness_key
 from rlvr.models import load_model
 from rlvr.train.learn.batch import TrainBatch
 from rlvr.train.learn.logprobs import completion_logprobs
 from rlvr.train.learn.update import _micro_slices, batch_logprobs
 from rlvr.trajectory import Trajectory
-
-CORRECT_AT = 1.0 - 1e-6
-
-
-def correctness_key(cfg: RunConfig) -> str:
-    functions = cfg.rewards.functions
-    return (functions[0].label or functions[0].name) if functions else "env/solved"
 
 
 def outcome_labels(trajectories: list[Trajectory], key: str) -> torch.Tensor:
@@ -57,21 +51,25 @@ class ImplicitPRM:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.p.lr, weight_decay=0.0)
         self.key = correctness_key(cfg)
 
-    def _log_ratio(self, batch: TrainBatch) -> torch.Tensor:
-        """β · (log π_prm − log π_ref) [B, T] on the trained tokens, without gradient."""
-        a, t = self.cfg.algo, self.cfg.rollout.temperature
-        prm = batch_logprobs(self.model, batch, a.micro_batch_size, t)
-        ref = batch_logprobs(self.reference, batch, a.micro_batch_size, t)
+    def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """log π_ref [B, T] of the batch (frozen: computed once a step, shared by both uses)."""
+        return batch_logprobs(
+            self.reference, batch, self.cfg.algo.micro_batch_size, self.cfg.rollout.temperature
+        )
+
+    def token_rewards(self, batch: TrainBatch, ref: torch.Tensor | None = None) -> torch.Tensor:
+        """The implicit process reward β · (log π_prm − log π_ref) of every trained token [B, T]
+        (0 elsewhere), without gradient; ``ref``: the batch's reference logprobs, if known."""
+        ref = self.reference_logprobs(batch) if ref is None else ref
+        prm = batch_logprobs(self.model, batch, self.cfg.algo.micro_batch_size, self.cfg.rollout.temperature)
         return self.p.coef * (prm - ref) * batch.completion_mask
 
-    def token_rewards(self, batch: TrainBatch) -> torch.Tensor:
-        """The implicit process reward of every trained token [B, T] (0 elsewhere)."""
-        return self._log_ratio(batch)
-
-    def update(self, batch: TrainBatch, labels: torch.Tensor) -> dict[str, float]:
+    def update(
+        self, batch: TrainBatch, labels: torch.Tensor, ref: torch.Tensor | None = None
+    ) -> dict[str, float]:
         """One AdamW step on the BCE of ``sigmoid(q)`` against ``labels`` [B] (mean over the batch)."""
         a, t = self.cfg.algo, self.cfg.rollout.temperature
-        ref = batch_logprobs(self.reference, batch, a.micro_batch_size, t)
+        ref = self.reference_logprobs(batch) if ref is None else ref
         labels = labels.to(ref.device)
         self.optimizer.zero_grad(set_to_none=True)
         total, right = 0.0, 0.0
@@ -99,12 +97,13 @@ class ImplicitPRM:
         """The batch's implicit token rewards [B, T] and the PRM's metrics, its update placed as
         ``algo.prime.update`` says."""
         labels = outcome_labels(trajectories, self.key)
+        ref = self.reference_logprobs(batch)
         metrics: dict[str, float] = {}
         if self.p.update == "before":
-            metrics.update(self.update(batch, labels))
-        rewards = self.token_rewards(batch)
+            metrics.update(self.update(batch, labels, ref))
+        rewards = self.token_rewards(batch, ref)
         if self.p.update == "after":
-            metrics.update(self.update(batch, labels))
+            metrics.update(self.update(batch, labels, ref))
         mask = batch.completion_mask
         sums = rewards.sum(dim=1)
         metrics["prime/token_reward"] = float(rewards.sum() / mask.sum().clamp(min=1))

@@ -234,6 +234,24 @@ def tiny_classifier(path, token_level: bool = False) -> str:
     return str(path)
 
 
+def tiny_causal_lm(path) -> str:
+    """Save a tiny random Llama causal LM with tiny-random's tokenizer (a generative PRM's shape)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-random")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def tiny_token_classifier(path) -> str:
     """Save a tiny random Llama token classifier (two classes: a process reward model's shape)."""
     return tiny_classifier(path, token_level=True)

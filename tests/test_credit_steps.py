@@ -208,3 +208,67 @@ def test_a_process_reward_model_trains_through_the_step_channel(prm, tmp_path):
     rows = read_jsonl(tmp_path / "prm" / "trajectories.jsonl")
     assert rows and all(len(r["step_rewards"]) == len(r["text"].split(" ")) for r in rows)
     assert all(0.0 <= x <= 1.0 for r in rows for x in r["step_rewards"])
+
+
+# -- a generative process reward model (a causal LM's good/bad verdict after each step) -------------
+
+
+@pytest.fixture(scope="module")
+def gen_prm(tmp_path_factory) -> str:
+    from reward_fixtures import tiny_causal_lm
+
+    return tiny_causal_lm(tmp_path_factory.mktemp("genprm"))
+
+
+@pytest.mark.parametrize("template", ["chat", "plain"])
+def test_the_generative_prm_reads_each_step_after_its_tag(gen_prm, template):
+    """Each step's score is p(good)/(p(good)+p(bad)) of the model run on the text up to that step's
+    tag alone: fails if the verdict is read one token early or late, or sees the next step."""
+    from rlvr.rewards.process_reward import generative_step_scores, load_generative_prm, tagged_text
+
+    example = Example(id="0", prompt=[{"role": "user", "content": "What is 3 + 4?"}], reference="7")
+    completion, tag = "Add 3 and 4.\n\nThat is 7.", " ки"
+    scores = generative_step_scores(gen_prm, example, completion, step_tag=tag, template=template)
+    logit_scores = generative_step_scores(
+        gen_prm, example, completion, step_tag=tag, template=template, transform="logit"
+    )
+    model, tok = load_generative_prm(gen_prm)
+    text, ends = tagged_text(tok, example, completion, "\n\n", tag, template)
+    good, bad = tok.encode("+", add_special_tokens=False)[0], tok.encode("-", add_special_tokens=False)[0]
+    assert len(ends) == len(scores) == 2 and text[: ends[0]].endswith("4. ки")
+    for k, end in enumerate(ends):
+        ids = tok(text[:end], add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            last = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        assert scores[k] == pytest.approx(last[[good, bad]].softmax(-1)[0].item(), abs=1e-5)
+        assert logit_scores[k] == pytest.approx((last[good] - last[bad]).item(), abs=1e-4)
+
+
+def test_the_generative_prm_refuses_what_it_cannot_read(gen_prm):
+    from rlvr.rewards.process_reward import generative_step_scores
+
+    example = Example(id="0", prompt=[{"role": "user", "content": "What is 3 + 4?"}], reference="7")
+    with pytest.raises(ValueError, match="verdict 'good answer' is 2 tokens"):
+        generative_step_scores(gen_prm, example, "a\n\nb", good="good answer")
+    with pytest.raises(ValueError, match="merges the step tag"):  # "\n" + "\n\n" is one token
+        generative_step_scores(gen_prm, example, "a\n\nb", step_tag="\n", template="plain")
+    with pytest.raises(ValueError, match="max_length"):
+        generative_step_scores(gen_prm, example, "a\n\nb", max_length=4)
+
+
+def test_a_generative_prm_trains_through_the_step_channel(gen_prm, tmp_path):
+    """The separator follows rewards.step_separator, so the counts agree and every step is scored
+    (a Math-Shepherd tag: with none, tiny-random's whitespace runs merge into the next step)."""
+    reward = f"rewards.functions=[{{name: generative_process_reward, params: {{path: '{gen_prm}', step_tag: ' ки'}}}}]"
+    cfg = load_config(
+        None,
+        [*TINY_RUN, reward, "rewards.step_separator=' '", "train.steps=1", "algo.advantage=step_returns",
+         "train.log_trajectories=true", f"output_dir={tmp_path}", "name=gprm"],
+    )  # fmt: skip
+    assert cfg.rewards.functions[0].params["separator"] == " "
+    api.train(cfg, quiet=True)
+    rows = read_jsonl(tmp_path / "gprm" / "trajectories.jsonl")
+    assert rows and all(len(r["step_rewards"]) == len(r["text"].split(" ")) for r in rows)
+    assert all(0.0 <= x <= 1.0 for r in rows for x in r["step_rewards"])
+    metrics = [r for r in read_jsonl(tmp_path / "gprm" / "metrics.jsonl") if r["phase"] == "train"]
+    assert metrics[0]["reward/errors"] == 0

@@ -123,6 +123,7 @@ def run_config(tmp_path: Path, name: str, rewards: list[dict[str, Any]], *extra:
 ELSEWHERE = {
     "environment": "tests/test_envs_games_wiring.py",
     "process_reward_model": "tests/test_credit_steps.py",  # per-step rewards need step_returns or gae
+    "generative_process_reward": "tests/test_credit_steps.py",  # per-step rewards need step_returns or gae
 }
 
 

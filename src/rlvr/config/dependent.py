@@ -46,7 +46,7 @@ def resolve_dependent(cfg: RunConfig) -> None:
             elif params[param] != value:
                 raise RlvrError(
                     f"rewards.functions[{i}].params.{param}={params[param]} disagrees with {key}={value}: "
-                    f"the {item.name} reward's {param} is the generation limit; leave "
+                    f"the {item.name} reward's {param} must be {key}; leave "
                     f"rewards.functions[{i}].params.{param} out to follow {key}, or set both to the "
                     "same value"
                 )

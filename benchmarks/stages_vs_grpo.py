@@ -19,6 +19,9 @@ to core 0 and core 1 (``taskset``), so that whatever else the machine does slows
 5. ``prime`` (PRIME's implicit process rewards with step_returns) or ``vine`` (VinePPO's
    Monte-Carlo step values) vs ``grpo``: equal training wall time (``--pairs grpo:prime``;
    docs/credit.md).
+6. ``vine_sparse`` vs ``grpo_sparse``: the same pair on a multi-step task rewarded for the final
+   answer alone (``recipes/vine_chain_sum.yaml``: three- and four-term sums worked line by line),
+   equal training wall time (``--pairs grpo_sparse:vine_sparse``; docs/credit.md).
 
 Every arm evaluates greedy accuracy on the same 200 held-out problems before and after
 (``data.seed`` fixed), writes a model-only checkpoint, and is a normal run directory under
@@ -67,6 +70,16 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
         # dense credit (docs/credit.md): --pairs grpo:prime or grpo:vine
         "prime": ["prime", limit, "train.steps=1000"],
         "vine": ["vine", limit, "train.steps=1000"],
+        # a multi-step task whose reward is the final answer alone: --pairs grpo_sparse:vine_sparse
+        "vine_sparse": ["vine_chain_sum", limit, "train.steps=1000"],
+        "grpo_sparse": [
+            "vine_chain_sum",
+            limit,
+            "train.steps=1000",
+            "algo.advantage=grpo",
+            "algo.advantage_params={}",
+            "algo.dynamic_sampling=true",
+        ],  # fmt: skip
     }
 
 
@@ -155,18 +168,18 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if "after" in r]
-    order = [a for pair in PAIRS for a in pair if any(r["arm"] == a for r in done)]
+    present = list(dict.fromkeys(r["arm"] for r in done))
+    order = [a for pair in PAIRS for a in pair if a in present]
+    order += [a for a in present if a not in order]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for i, arm in enumerate(order):
         values = [100 * r["after"] for r in done if r["arm"] == arm]
-        ax.bar(
-            i, sum(values) / len(values), color="#9ab" if arm in ("grpo", "grpo_steps") else "#d96", width=0.6
-        )
+        ax.bar(i, sum(values) / len(values), color="#9ab" if arm.startswith("grpo") else "#d96", width=0.6)
         ax.plot([i] * len(values), values, "k.", markersize=8)
     ax.axhline(100 * done[0]["before"], color="gray", linestyle="--", linewidth=1, label="base model")
     ax.set_xticks(range(len(order)), order, rotation=20, ha="right")
     ax.set_ylabel("held-out accuracy after, %")
-    ax.set_title("Stages vs GRPO, SmolLM2-135M on chain_sum (n=200; dots: seeds)", fontsize=10)
+    ax.set_title("Held-out accuracy per arm, SmolLM2-135M (n=200; dots: seeds)", fontsize=10)
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -98,3 +98,43 @@ def test_prime_needs_token_rewards_and_its_state_is_checkpointed(tmp_path):
     assert not torch.allclose(fresh.prime.token_rewards(batch), learner.prime.token_rewards(batch))
     fresh.load_state_dict(state)
     assert torch.allclose(fresh.prime.token_rewards(batch), learner.prime.token_rewards(batch), atol=1e-6)
+
+
+def test_step_granularity_sums_each_steps_tokens_onto_its_last_token():
+    from rlvr.train.learn.prime import step_sums
+
+    rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0, 0.0], [1.0, 1.0, 1.0, 0.0, 0.0]])
+    assert step_sums(rewards, [[1, 3], []]).tolist() == [[0, 3, 0, 7, 0], [0, 0, 3, 0, 0]]
+
+
+def test_the_learner_reads_prime_per_step_with_step_granularity(tmp_path, monkeypatch):
+    """Fails if granularity is ignored (the tokens' own rewards reach the estimator) or a step's sum
+    lands anywhere but its last token."""
+    learner = _learner(tmp_path, "algo.prime.granularity=step")
+    groups = _groups()
+    for t, ends in zip(groups[0].trajectories, ([1, 3], [2], [1]), strict=True):
+        t.step_ends = ends
+    known = torch.tensor([[0.5, 0.25, 0.0, 1.0], [0.0, 0.7, 0.1, 0.0], [0.2, 0.2, 0.0, 0.0]])
+    monkeypatch.setattr(learner.prime, "token_rewards", lambda batch, ref=None: known.clone())
+    batch, _ = learner.prepare_batch(groups)
+    stepped = torch.tensor([[0.0, 0.75, 0.0, 1.0], [0.0, 0.0, 0.8, 0.0], [0.0, 0.4, 0.0, 0.0]])
+    expected = step_returns_advantages(
+        torch.tensor([1.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long), torch.tensor([4, 3, 2]), stepped
+    )
+    assert torch.allclose(batch.advantages.cpu(), expected, atol=1e-5)
+
+
+def test_a_prime_run_at_step_granularity_records_the_step_ends(tmp_path):
+    from rlvr import api
+    from rlvr.log import read_jsonl
+
+    cfg = load_config(
+        None,
+        [*TINY_RUN, *PRIME, "algo.prime.granularity=step", "rewards.step_separator=' '", "train.steps=1",
+         "train.log_trajectories=true", f"output_dir={tmp_path}", "name=p"],
+    )  # fmt: skip
+    api.train(cfg, quiet=True)
+    rows = read_jsonl(tmp_path / "p" / "trajectories.jsonl")
+    assert rows and all(len(r["step_ends"]) == len(r["text"].split(" ")) for r in rows)
+    metrics = [r for r in read_jsonl(tmp_path / "p" / "metrics.jsonl") if r["phase"] == "train"]
+    assert "prime/loss" in metrics[0]

@@ -30,7 +30,7 @@ from rlvr.algo import ADVANTAGE_ESTIMATORS
 from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
-from rlvr.collect.steps import apply_step_rewards
+from rlvr.collect.steps import apply_step_rewards, step_end_positions
 from rlvr.collect.vine import add_mc_values
 from rlvr.config import RunConfig
 from rlvr.data import Example
@@ -251,6 +251,9 @@ class Collector:
             if result.steps and not t.errors:  # a reward's per-step rewards, onto their tokens
                 weights = {f.label or f.name: f.weight for f in self.cfg.rewards.functions}
                 apply_step_rewards(t, result.steps, weights, self.tokenizer, self.cfg.rewards.step_separator)
+        prime = self.cfg.algo.prime
+        if prime.coef > 0 and prime.granularity == "step" and not t.step_ends:  # PRIME sums per step
+            t.step_ends = step_end_positions(t, self.tokenizer, self.cfg.rewards.step_separator)
         total = (result.total if result is not None else 0.0) if not t.errors else None
         if total is not None:
             total += sum(t.turn_rewards)

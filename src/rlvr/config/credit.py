@@ -23,3 +23,8 @@ class PrimeConfig(Section):
         "(before: the paper's order) or after.",
     )
     grad_clip: float = Field(1.0, gt=0, description="Gradient-norm clip of the PRM's update.")
+    granularity: Literal["token", "step"] = Field(
+        "token",
+        description="token: every token's implicit reward on that token; step: each step's tokens "
+        "summed onto the step's last token (steps split at rewards.step_separator).",
+    )

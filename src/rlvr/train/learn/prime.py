@@ -12,6 +12,10 @@ and no separate reward-model training phase are needed. The learner adds ``r_t``
 ``token_rewards`` (so the estimator must take them: ``step_returns``, or ``gae``), beside the outcome
 reward on the last token.
 
+``granularity: step`` sums each step's token rewards onto the step's last token (steps split at
+``rewards.step_separator``; the collector records their ends in ``Trajectory.step_ends``): the
+process reward of a step rather than of a token, as PRIME's step-level variant reads it.
+
 ``update: before`` (the paper's order) fits the PRM to the batch's outcomes and then reads the
 rewards; ``after`` reads them first. ``correct(y)`` is the run's correctness component reaching 1
 (the first reward function's, or ``env/solved``), as in the prompt history. The PRM and its AdamW
@@ -39,6 +43,23 @@ def outcome_labels(trajectories: list[Trajectory], key: str) -> torch.Tensor:
 
     scores = [component_score(t.rewards, key) for t in trajectories]
     return torch.tensor([1.0 if s == s and s >= CORRECT_AT else 0.0 for s in scores])
+
+
+def step_sums(rewards: torch.Tensor, ends: list[list[int]]) -> torch.Tensor:
+    """Each step's summed token rewards on its last token ``ends[i]`` (positions in row i); the
+    tokens after a row's last end, or a whole row without ends, go on the row's last nonzero token."""
+    out = torch.zeros_like(rewards)
+    for i, row_ends in enumerate(ends):
+        start = 0
+        for end in row_ends:
+            end = min(max(end, start), rewards.shape[1] - 1)
+            out[i, end] += rewards[i, start : end + 1].sum()
+            start = end + 1
+        rest = rewards[i, start:]
+        if start < rewards.shape[1] and rest.any():
+            last = start + int(rest.nonzero()[-1])
+            out[i, last] += rest.sum()
+    return out
 
 
 class ImplicitPRM:
@@ -102,6 +123,8 @@ class ImplicitPRM:
         if self.p.update == "before":
             metrics.update(self.update(batch, labels, ref))
         rewards = self.token_rewards(batch, ref)
+        if self.p.granularity == "step":
+            rewards = step_sums(rewards, [t.step_ends for t in trajectories])
         if self.p.update == "after":
             metrics.update(self.update(batch, labels, ref))
         mask = batch.completion_mask

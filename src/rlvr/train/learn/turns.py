@@ -141,6 +141,8 @@ def step_token_rewards(trajectories: list[Trajectory], width: int) -> torch.Tens
     (``Trajectory.step_ends``, from :mod:`rlvr.collect.steps`)."""
     out = torch.zeros(len(trajectories), width)
     for row, t in enumerate(trajectories):
+        if not t.step_rewards:  # no step rewards (its ends may be recorded for PRIME's steps)
+            continue
         for reward, end in zip(t.step_rewards, t.step_ends, strict=True):
             out[row, min(max(end, 0), width - 1)] += reward
     return out

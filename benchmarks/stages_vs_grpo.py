@@ -21,7 +21,8 @@ to core 0 and core 1 (``taskset``), so that whatever else the machine does slows
    docs/credit.md).
 6. ``vine_sparse`` vs ``grpo_sparse``: the same pair on a multi-step task rewarded for the final
    answer alone (``recipes/vine_chain_sum.yaml``: three- and four-term sums worked line by line),
-   equal training wall time (``--pairs grpo_sparse:vine_sparse``; docs/credit.md).
+   equal training wall time (``--pairs grpo_sparse:vine_sparse``; docs/credit.md); ``tree_sparse``
+   (tree rollouts, ``recipes/treerl.yaml``'s tree on that task) likewise.
 
 Every arm evaluates greedy accuracy on the same 200 held-out problems before and after
 (``data.seed`` fixed), writes a model-only checkpoint, and is a normal run directory under
@@ -72,6 +73,10 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
         "vine": ["vine", limit, "train.steps=1000"],
         # a multi-step task whose reward is the final answer alone: --pairs grpo_sparse:vine_sparse
         "vine_sparse": ["vine_chain_sum", limit, "train.steps=1000"],
+        "tree_sparse": [
+            "vine_chain_sum", limit, "train.steps=1000", "rollout.group_size=4",
+            "algo.advantage_params={tree: true, depth: 2, samples: 2, max_steps: 2, split: uncertain}",
+        ],  # fmt: skip
         "grpo_sparse": [
             "vine_chain_sum",
             limit,

@@ -12,6 +12,10 @@ so every token of step ``k`` gets ``A_k``. ``V(s_0)`` is estimated by the G − 
 same prompt (they are Monte-Carlo rollouts from the prompt; leave-one-out keeps the estimate
 independent of the response itself). A boundary without a value (NaN) is skipped: its two steps
 share one advantage. ``normalize`` divides by the batch's std of per-token advantages.
+
+With ``tree: true`` the continuations join the group as responses of their own, branching again for
+``depth`` levels (TreeRL, seeds 002:1; :mod:`rlvr.collect.tree`): the same formula then credits every
+leaf, with each node's value the mean reward of the leaves below it.
 """
 
 from __future__ import annotations
@@ -33,15 +37,20 @@ def vine_advantages(
     samples: int = 4,
     max_steps: int = 8,
     split: str = "separator",
+    tree: bool = False,
+    depth: int = 1,
     normalize: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Step advantages [N, T] (module docstring). ``samples``, ``max_steps`` and ``split`` are the
-    collector's (continuations per boundary, most steps valued per response, where the boundaries
-    are: ``separator`` or ``uncertain``, rlvr.collect.vine); they are read there."""
+    """Step advantages [N, T] (module docstring). ``samples``, ``max_steps``, ``split``, ``tree`` and
+    ``depth`` are the collector's (continuations per boundary, most steps valued per response, where
+    the boundaries are: ``separator`` or ``uncertain``, rlvr.collect.vine; whether the continuations
+    join the group as a tree, and its levels, rlvr.collect.tree); they are read there."""
     if split not in ("separator", "uncertain"):
         raise ValueError(f"vine: split must be 'separator' or 'uncertain', not {split!r}")
-    del samples, max_steps
+    if depth < 1 or (depth > 1 and not tree):
+        raise ValueError(f"vine: depth must be at least 1, and above 1 only with tree: true (got {depth})")
+    del samples, max_steps, tree, depth
     n = rewards.shape[0]
     width = int(lengths.max()) if n else 0
     count = group_count(rewards, group_index)

@@ -31,6 +31,7 @@ from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
 from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.collect.steps import apply_step_rewards, step_end_positions
+from rlvr.collect.tree import grow_trees
 from rlvr.collect.vine import add_mc_values
 from rlvr.config import RunConfig
 from rlvr.data import Example
@@ -287,7 +288,10 @@ class Collector:
             if len(kept) >= want or not a.refill:
                 break
         kept = kept[:want] if a.refill else kept
-        vine = add_mc_values(self, kept) if self.wants_mc_values and kept else {}
+        vine = {}
+        if self.wants_mc_values and kept:  # VinePPO's values, or a tree grown from each group
+            tree = bool(self.cfg.algo.advantage_params.get("tree", False))
+            vine = grow_trees(self, kept) if tree else add_mc_values(self, kept)
         if greedy_baseline and kept:
             errored = self._add_greedy_baselines(kept)
             if errored and self.cfg.rewards.on_error != "zero":  # no baseline, no advantage

@@ -59,7 +59,7 @@ def test_a_tree_grows_within_its_budget_and_values_its_nodes():
     spec = RewardSpec(name="reward_fixtures:scaled_len", params={"scale": 1.0})  # reward = characters
     params = SamplingParams(n=1, max_new_tokens=32)
     with RewardPool([spec], workers=1) as pool:
-        parent = _response(tok, "aa bb cc", 8.0, least_likely=2)  # branches before " cc": prefix "aa bb"
+        parent = _response(tok, "aa bb cc", 11.0, least_likely=2)  # branches before " cc": prefix "aa bb"
         short = _response(tok, "zz", 2.0)  # one token: no branch point
         engine = Continue(tok, [" x", " yyy"])
         leaves, counts = grow_tree(
@@ -68,7 +68,7 @@ def test_a_tree_grows_within_its_budget_and_values_its_nodes():
         assert [tok.decode(p[2:]) for p in engine.prompts] == ["aa bb"]
         assert [t.text for t in leaves] == ["aa bb cc", "zz", "aa bb x", "aa bb yyy"]
         assert [t.reward for t in leaves[2:]] == [7.0, 9.0]
-        assert parent.mc_ends == [1] and parent.mc_values == [pytest.approx((8 + 7 + 9) / 3)]
+        assert parent.mc_ends == [1] and parent.mc_values == [pytest.approx((11 + 7 + 9) / 3)]
         assert leaves[3].mc_ends == [1] and leaves[3].mc_values == parent.mc_values and short.mc_ends == []
         assert counts["tree/leaves"] == 4 and counts["tree/branches"] == 2
         # the continuations' logprobs are the prefix's own, then the engine's

@@ -22,7 +22,8 @@ to core 0 and core 1 (``taskset``), so that whatever else the machine does slows
 6. ``vine_sparse`` vs ``grpo_sparse``: the same pair on a multi-step task rewarded for the final
    answer alone (``recipes/vine_chain_sum.yaml``: three- and four-term sums worked line by line),
    equal training wall time (``--pairs grpo_sparse:vine_sparse``; docs/credit.md); ``tree_sparse``
-   (tree rollouts, ``recipes/treerl.yaml``'s tree on that task) likewise.
+   (tree rollouts, ``recipes/treerl.yaml``'s tree on that task) likewise; ``grpo_sparse_steps`` is
+   GRPO given the Monte-Carlo arms' number of updates (``--steps``) instead of their time.
 
 Every arm evaluates greedy accuracy on the same 200 held-out problems before and after
 (``data.seed`` fixed), writes a model-only checkpoint, and is a normal run directory under
@@ -76,6 +77,10 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
         "tree_sparse": [
             "vine_chain_sum", limit, "train.steps=1000", "rollout.group_size=4",
             "algo.advantage_params={tree: true, depth: 2, samples: 2, max_steps: 2, split: uncertain}",
+        ],  # fmt: skip
+        "grpo_sparse_steps": [
+            "vine_chain_sum", "train.time_limit_s=null", f"train.steps={steps}", "algo.advantage=grpo",
+            "algo.advantage_params={}", "algo.dynamic_sampling=true",
         ],  # fmt: skip
         "grpo_sparse": [
             "vine_chain_sum",

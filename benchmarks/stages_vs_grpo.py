@@ -75,13 +75,20 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
         # a multi-step task whose reward is the final answer alone: --pairs grpo_sparse:vine_sparse
         "vine_sparse": ["vine_chain_sum", limit, "train.steps=1000"],
         "tree_sparse": [
-            "vine_chain_sum", limit, "train.steps=1000", "rollout.group_size=4",
+            "vine_chain_sum",
+            limit,
+            "train.steps=1000",
+            "rollout.group_size=4",
             "algo.advantage_params={tree: true, depth: 2, samples: 2, max_steps: 2, split: uncertain}",
-        ],  # fmt: skip
+        ],
         "grpo_sparse_steps": [
-            "vine_chain_sum", "train.time_limit_s=null", f"train.steps={steps}", "algo.advantage=grpo",
-            "algo.advantage_params={}", "algo.dynamic_sampling=true",
-        ],  # fmt: skip
+            "vine_chain_sum",
+            "train.time_limit_s=null",
+            f"train.steps={steps}",
+            "algo.advantage=grpo",
+            "algo.advantage_params={}",
+            "algo.dynamic_sampling=true",
+        ],
         "grpo_sparse": [
             "vine_chain_sum",
             limit,
@@ -89,7 +96,7 @@ def arms(train_s: int, out: Path, steps: int) -> dict[str, list[str]]:
             "algo.advantage=grpo",
             "algo.advantage_params={}",
             "algo.dynamic_sampling=true",
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -259,7 +259,8 @@ def test_the_generative_prm_refuses_what_it_cannot_read(gen_prm):
 def test_a_generative_prm_trains_through_the_step_channel(gen_prm, tmp_path):
     """The separator follows rewards.step_separator, so the counts agree and every step is scored
     (a Math-Shepherd tag: with none, tiny-random's whitespace runs merge into the next step)."""
-    reward = f"rewards.functions=[{{name: generative_process_reward, params: {{path: '{gen_prm}', step_tag: ' ки'}}}}]"
+    params = f"{{path: '{gen_prm}', step_tag: ' ки'}}"
+    reward = f"rewards.functions=[{{name: generative_process_reward, params: {params}}}]"
     cfg = load_config(
         None,
         [*TINY_RUN, reward, "rewards.step_separator=' '", "train.steps=1", "algo.advantage=step_returns",

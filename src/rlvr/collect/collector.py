@@ -291,7 +291,7 @@ class Collector:
         vine = {}
         if self.wants_mc_values and kept:  # VinePPO's values, or a tree grown from each group
             tree = bool(self.cfg.algo.advantage_params.get("tree", False))
-            vine = grow_trees(self, kept) if tree else add_mc_values(self, kept)
+            kept, vine = grow_trees(self, kept) if tree else (kept, add_mc_values(self, kept))
         if greedy_baseline and kept:
             errored = self._add_greedy_baselines(kept)
             if errored and self.cfg.rewards.on_error != "zero":  # no baseline, no advantage

@@ -146,16 +146,21 @@ def grow_tree(
     return leaves, {key: float(value) for key, value in counts.items()}
 
 
-def grow_trees(collector: Any, groups: list[TrajectoryGroup]) -> dict[str, float]:
+def grow_trees(
+    collector: Any, groups: list[TrajectoryGroup]
+) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """The collector's pass: every group grown into its tree (spread over the ranks like the
-    sampling), its trajectories replaced by the tree's leaves; returns the summed counts."""
+    sampling); returns new groups holding the trees' leaves, and the summed counts. The sampled
+    groups are left as they were, so the step's reward metrics and the prompt history read the
+    sampled responses, and ``trajectories.jsonl`` adds the continuations as trained rows."""
     grown = collector.spread(groups, lambda part: [_grow(collector, g) for g in part])
     metrics = {"tree/leaves": 0.0, "tree/branches": 0.0, "tree/unvalued_nodes": 0.0}
+    trees = []
     for group, (leaves, counts) in zip(groups, grown, strict=True):
-        group.trajectories = leaves
+        trees.append(replace(group, trajectories=leaves))
         for key, value in counts.items():
             metrics[key] += value
-    return metrics
+    return trees, metrics
 
 
 def _grow(collector: Any, group: TrajectoryGroup) -> tuple[list[Trajectory], dict[str, float]]:

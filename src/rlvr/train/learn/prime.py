@@ -14,7 +14,8 @@ reward on the last token.
 
 ``granularity: step`` sums each step's token rewards onto the step's last token (steps split at
 ``rewards.step_separator``; the collector records their ends in ``Trajectory.step_ends``): the
-process reward of a step rather than of a token, as PRIME's step-level variant reads it.
+process reward of a step rather than of a token, as PRIME's step-level variant reads it. In a
+multi-turn episode the steps are the final turn's, and the earlier turns' rewards count in its first.
 
 ``update: before`` (the paper's order) fits the PRM to the batch's outcomes and then reads the
 rewards; ``after`` reads them first. ``correct(y)`` is the run's correctness component reaching 1

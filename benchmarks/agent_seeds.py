@@ -56,7 +56,7 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     # the games as SFT on the expert's games, then GRPO (pipelines: runs/agents/<run>/{sft,rl})
     **{
         f"{game}_sft_rl": [_game(f"{game}_sft_rl", s) for s in SEEDS]
-        for game in ("guess_number", "frozenlake", "wordle")
+        for game in ("guess_number", "frozenlake", "wordle", "wordle_hints")
     },
     # number guessing again with 20 minutes of training (the recipes' 6 minutes are 2-3 steps here)
     **{
@@ -81,7 +81,7 @@ BEFORE_FROM = {
     **{f"search-s{s}-c{c}": f"search-s{c}-c{c}" for s in SEEDS for c in (0, 1)},
     **{
         f"{g}{kind}-s{s}": f"{g}{kind}-s0"
-        for g in ("guess-number", "frozenlake", "wordle")
+        for g in ("guess-number", "frozenlake", "wordle", "wordle-hints")
         for kind in ("", "-sft-rl")
         for s in SEEDS
     },
@@ -98,6 +98,7 @@ ACTIONS = {
     "guess_number_sft_rl": ("valid guesses", "eval/env/moves"),
     "frozenlake_sft_rl": ("valid moves", "eval/env/moves"),
     "wordle_sft_rl": ("valid guesses", "eval/env/moves"),
+    "wordle_hints_sft_rl": ("valid guesses", "eval/env/moves"),
 }
 
 

@@ -5,6 +5,7 @@ trainer: tests/test_envs_games_wiring.py."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -253,9 +254,55 @@ def test_wordle_rules():
         and last.reward == 0.0
         and env.outcome() == {"solved": 0.0, "moves": 1.0, "invalid_actions": 1.0}
     )
-    for bad in [{"max_guesses": 0}, {"words_only": "yes"}, {"demonstrate": "yes"}]:
+    bads = [{"max_guesses": 0}, {"words_only": "yes"}, {"demonstrate": "yes"}, {"hints": -1}, {"hints": True}]
+    for bad in bads:
         with pytest.raises(ValueError, match="wordle"):
             make_env("wordle", bad)
+
+
+_HINT = re.compile(r"^(\d+) words? in my list fits?(?:: ([a-z, ]+))?\.$", re.MULTILINE)
+
+
+def test_wordle_hints_list_exactly_the_words_that_fit_and_copying_one_wins():
+    env = make_env("wordle", {"hints": 20, "demonstrate": False})
+    listed_some = hidden_some = False
+    wins = 0
+    for game in examples("wordle", 60, 0):
+        env.reset(game, random.Random(0))
+        history, guess = [], "arise"
+        while True:
+            step = env.step(f"<guess>{guess}</guess>")
+            if step.done:
+                wins += int(step.reward == 1.0)
+                break
+            text = step.messages[0]["content"]
+            history.append((guess, wordle.score(guess, env.secret)))
+            fit = wordle.candidates(history)
+            count, words = _HINT.search(text).groups()
+            assert int(count) == len(fit) and env.secret in fit
+            if len(fit) <= 20:
+                listed_some = True
+                assert tuple(words.split(", ")) == fit  # every word that fits, none that does not
+            else:
+                hidden_some = True
+                assert words is None
+            # the player copies the last listed word (or, with no list, guesses a word of the list)
+            guess = fit[-1] if words else next(w for w in wordle.WORDS if w not in dict(history))
+    assert listed_some and hidden_some
+    assert wins >= 57  # copying a listed word wins (almost) every game
+    # without hints no such line, and the expert reads through hint lines unchanged
+    plain = make_env("wordle", {"demonstrate": False})
+    plain.reset(examples("wordle", 1, 0)[0], random.Random(0))
+    assert not _HINT.search(plain.step("<guess>zzzzz</guess>").messages[0]["content"])
+    opening = env.reset(examples("wordle", 1, 0)[0], random.Random(0))
+    messages = list(opening)
+    for _ in range(6):
+        text = wordle.optimal_policy(messages)
+        step = env.step(text)
+        if step.done:
+            break
+        messages += [{"role": "assistant", "content": text}, *step.messages]
+    assert step.reward == 1.0
 
 
 @pytest.mark.parametrize("game", GAMES)

@@ -18,6 +18,17 @@ not five letters (or, with ``words_only``, not in the list) is answered with the
 (``invalid_actions``), and uses up a guess. By default any five letters are a guess: a 135M model
 learns the format before it learns the vocabulary, and every guess still gets feedback.
 
+**Hints** (``hints``, default 0: none): after each valid guess's feedback the game adds how many
+words of its list still fit all the feedback so far, and lists them (alphabetically) when there are
+at most ``hints`` of them::
+
+    3 words in my list fit: hello, jelly, belly.
+
+The list does the deduction for the player, so with hints the game tests reading and copying, not
+spelling or logic: an easy mode for models too small to play the real game (SmolLM2-135M writes
+words that are not five letters after its first guess). Guessing any listed word wins almost every
+game of the shipped list within six guesses.
+
 **Demonstration** (``demonstrate``, default on): the opening is the rules (system), then one example
 game for the fixed training word :data:`DEMO_WORD` (never a held-out secret) as real chat turns: the
 guesses of :func:`optimal_policy` and the game's own feedback lines (three guesses, with the
@@ -169,16 +180,23 @@ class Wordle(Environment):
         "max_guesses": DataParam(int, 1, 100),
         "words_only": DataParam(bool),
         "demonstrate": DataParam(bool),
+        "hints": DataParam(int, 0, len(WORDS)),
     }
 
-    def __init__(self, max_guesses: int = 6, words_only: bool = False, demonstrate: bool = True) -> None:
+    def __init__(
+        self, max_guesses: int = 6, words_only: bool = False, demonstrate: bool = True, hints: int = 0
+    ) -> None:
         if max_guesses < 1:
             raise ValueError(f"wordle: max_guesses must be at least 1, got {max_guesses}")
         if not isinstance(words_only, bool):
             raise ValueError(f"wordle: words_only must be true or false, got {words_only!r}")
         if not isinstance(demonstrate, bool):
             raise ValueError(f"wordle: demonstrate must be true or false, got {demonstrate!r}")
+        if isinstance(hints, bool) or not isinstance(hints, int) or not 0 <= hints <= len(WORDS):
+            raise ValueError(f"wordle: hints must be a whole number from 0 to {len(WORDS)}, got {hints!r}")
         self.max_guesses, self.words_only, self.demonstrate = max_guesses, words_only, demonstrate
+        self.hints = hints
+        self.history: list[tuple[str, Marks]] = []  # (guess, marks) of every valid guess so far
         self.secret = ""
         self.guesses = self.invalid = 0
         self.solved = False
@@ -187,9 +205,9 @@ class Wordle(Environment):
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         seed = int(example.metadata.get("seed", rng.randrange(2**31)))
         self.secret, self.guesses, self.invalid, self.solved = secret_word(seed), 0, 0, False
-        self.tried = set()
+        self.tried, self.history = set(), []
         system = {"role": "system", "content": rules(self.max_guesses)}
-        demo = demonstration(self.max_guesses) if self.demonstrate else ()
+        demo = demonstration(self.max_guesses, self.hints) if self.demonstrate else ()
         if not demo:
             return [system, {"role": "user", "content": first_question(self.max_guesses)}]
         return [system, *(dict(m) for m in demo)]
@@ -215,8 +233,21 @@ class Wordle(Environment):
             return Step(reward=1.0, done=True, info={"guesses": 1.0})
         if left <= 0:
             return Step(done=True, info={"guesses": 1.0})
-        feedback = render_feedback(guess, score(guess, self.secret))
+        marks = score(guess, self.secret)
+        self.history.append((guess, marks))
+        feedback = render_feedback(guess, marks) + self._hint()
         return Step([{"role": "user", "content": f"{feedback}\n{_left(left)}"}], info={"guesses": 1.0})
+
+    def _hint(self) -> str:
+        """The line of words still fitting the feedback (``hints``), or nothing."""
+        if not self.hints:
+            return ""
+        fit = candidates(self.history)
+        if len(fit) > self.hints:
+            return f"\n{len(fit)} words in my list fit."
+        if len(fit) == 1:
+            return f"\n1 word in my list fits: {fit[0]}."
+        return f"\n{len(fit)} words in my list fit: {', '.join(fit)}."
 
     def state(self) -> str | None:
         """The words tried so far, in any order: the secret is the group's own, so they fix what
@@ -243,13 +274,13 @@ def first_question(max_guesses: int) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def demonstration(max_guesses: int) -> tuple[Message, ...]:
+def demonstration(max_guesses: int, hints: int = 0) -> tuple[Message, ...]:
     """The example game's turns after the system message, for :data:`DEMO_WORD` played by the game
     itself with :func:`optimal_policy`, and the message that starts the real game; empty when
     ``max_guesses`` is too few for it (the first call computes the opening guess: a second)."""
     if max_guesses < 3:
         return ()
-    game = Wordle(max_guesses, demonstrate=False)
+    game = Wordle(max_guesses, demonstrate=False, hints=hints)
     game.secret, game.guesses, game.invalid, game.solved = DEMO_WORD, 0, 0, False
     system = {"role": "system", "content": rules(max_guesses)}
     turns = play_scripted(

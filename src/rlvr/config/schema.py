@@ -19,6 +19,7 @@ from rlvr.config.credit import PrimeConfig
 from rlvr.config.data_plan import CurriculumConfig, ReplayConfig, SelectionConfig, SourceItem
 from rlvr.config.evaluation import EvalConfig
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
+from rlvr.config.reference import ReferenceConfig
 from rlvr.config.section import Section
 from rlvr.config.stages import DistillConfig, DpoConfig, MixConfig, RftConfig, SftConfig, StageItem
 
@@ -364,6 +365,7 @@ class AlgoConfig(Section):
     entropy_coef_max: float = Field(1e-2, ge=0, description="Upper bound of the entropy coefficient.")
     critic: CriticConfig = Field(default_factory=CriticConfig)
     prime: PrimeConfig = Field(default_factory=PrimeConfig)
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
@@ -381,6 +383,11 @@ class AlgoConfig(Section):
     def _check(self) -> AlgoConfig:
         if self.kl_target is not None and self.kl_coef <= 0:
             raise ValueError("algo.kl_target needs algo.kl_coef > 0 (the starting coefficient)")
+        if self.reference.update != "fixed" and self.kl_coef <= 0:
+            raise ValueError(
+                f"algo.reference.update={self.reference.update} moves the KL reference, which needs "
+                "algo.kl_coef > 0"
+            )
         if not self.entropy_coef_min <= self.entropy_coef_init <= self.entropy_coef_max:
             raise ValueError(
                 "algo.entropy_coef_init must lie within [algo.entropy_coef_min, algo.entropy_coef_max]"

@@ -43,6 +43,7 @@ from rlvr.train.learn.estimate import (
     takes,
 )
 from rlvr.train.learn.optim import build_optimizer, build_scheduler
+from rlvr.train.learn.reference import ReferenceMover
 from rlvr.train.learn.turns import (
     TURN_MODE_ESTIMATORS,
     SampledLayout,
@@ -100,6 +101,7 @@ class Learner:
         self.scheduler = build_scheduler(self.optimizer, total_updates, cfg.optim)
         self.coefs = Coefficients.from_config(cfg.algo)  # adaptive KL / entropy coefficients
         self.estimator_state: dict[str, Any] = {}  # a stateful estimator's (aapo), checkpointed
+        self.reference_mover = ReferenceMover(cfg.algo.reference)  # fixed, reset (ProRL) or EMA
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)  # minibatch shuffling
         self.version = 0  # updates applied; trajectories carry the version that sampled them
         # Under torchrun (rlvr.train.scale.distributed): the DDP/FSDP2 module the update runs through, and
@@ -178,6 +180,8 @@ class Learner:
             )
         )
         self.coefs.update(self.cfg.algo, metrics, len(batch))
+        if self.ref_model is not None:
+            metrics.update(self.reference_mover.after_update(self.model, self.ref_model, self.optimizer))
         self.version += 1
         return metrics
 
@@ -322,6 +326,8 @@ class Learner:
             state["estimator"] = copy.deepcopy(self.estimator_state)
         if self.prime is not None:
             state["prime"] = self.prime.state_dict()
+        if self.reference_mover.moves:
+            state["reference"] = self.reference_mover.state_dict(self.ref_model)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -334,3 +340,4 @@ class Learner:
         self.estimator_state = copy.deepcopy(state.get("estimator", {}))
         if self.prime is not None and "prime" in state:
             self.prime.load_state_dict(state["prime"])
+        self.reference_mover.load_state_dict(state.get("reference", {}), self.ref_model)

@@ -12,6 +12,7 @@ from rlvr.algo.advantages import (
     grpo_advantages,
 )
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
+from rlvr.algo.contrastive import copg_loss
 from rlvr.algo.demo_mix import chord_mu, chord_token_weights, luffy_loss, sft_token_loss
 from rlvr.algo.distill import (
     DIVERGENCES,
@@ -31,9 +32,14 @@ from rlvr.algo.momentum import aapo_advantages
 from rlvr.algo.multi_reward import gdpo_advantages
 from rlvr.algo.passk import passk_advantages
 from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
+from rlvr.algo.ranking import arenarl_advantages
+from rlvr.algo.rebn import rebn_advantages
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
+from rlvr.algo.sparse_signal import gream_advantages, grpovi_advantages, lens_advantages
 from rlvr.algo.step_returns import step_returns_advantages
+from rlvr.algo.supervised import pacs_loss
 from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
+from rlvr.algo.token_weighting import tea_rl_loss, token_reweight_loss
 from rlvr.algo.vine import vine_advantages
 
 __all__ = [
@@ -48,35 +54,44 @@ __all__ = [
     "adaptive_entropy_coef",
     "adaptive_kl_coef",
     "adaptive_length_penalty",
+    "arenarl_advantages",
     "bapo_loss",
     "check_same_vocabulary",
     "chord_mu",
     "chord_token_weights",
     "clip_cov_loss",
+    "copg_loss",
     "entropy_bonus_loss",
     "forking_tokens_loss",
     "gae_advantages_and_returns",
     "gdpo_advantages",
     "gigpo_advantages",
+    "gream_advantages",
     "group_count",
     "group_mean",
     "group_std",
     "grpo_advantages",
+    "grpovi_advantages",
     "informative_groups",
     "inner_loss",
     "kl_cov_loss",
     "kl_penalized_rewards",
+    "lens_advantages",
     "lowprob_downweight_loss",
     "luffy_loss",
     "masked_is_loss",
     "opd_token_advantages",
     "overlong_mask",
+    "pacs_loss",
     "passk_advantages",
     "positive_entropy_loss",
     "ppo_clip_loss",
     "preference_metrics",
+    "rebn_advantages",
     "sft_token_loss",
+    "tea_rl_loss",
     "tis_loss",
+    "token_reweight_loss",
     "step_returns_advantages",
     "vine_advantages",
     "token_weights",

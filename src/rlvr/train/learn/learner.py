@@ -244,6 +244,8 @@ class Learner:
         if takes(estimator, "mc_values"):  # VinePPO: values the collector measured (rlvr.collect.vine)
             context["mc_values"] = [t.mc_values for t in trajectories]
             context["mc_ends"] = [t.mc_ends for t in trajectories]
+        if takes(estimator, "sampling_logprobs"):  # the rollout's, per sampled token, as a prefix (lens)
+            context["sampling_logprobs"] = layout.compact(batch.sampling_logprobs)
         if takes(estimator, "example_ids"):
             context["example_ids"] = [t.example_id or f"index:{t.example_index}" for t in trajectories]
         if takes(estimator, "estimator_state"):  # read and updated in place by the estimator

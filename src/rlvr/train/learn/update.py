@@ -235,6 +235,7 @@ def policy_update(
                     "entropy_with_grad": entropy,
                     "sampling_logprobs": micro.sampling_logprobs,
                     "truncated": micro.truncated,
+                    "group_index": micro.group_index,  # each row's prompt (copg pairs a prompt's rows)
                     **({} if micro.given_mask is None else {"given_mask": micro.given_mask}),
                     **(loss_context or {}),
                 }

@@ -38,8 +38,11 @@ from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
 from rlvr.algo.sparse_signal import gream_advantages, grpovi_advantages, lens_advantages
 from rlvr.algo.step_returns import step_returns_advantages
 from rlvr.algo.supervised import pacs_loss
+from rlvr.algo.tempo import tempo_advantages
 from rlvr.algo.token_selection import clip_cov_loss, forking_tokens_loss, kl_cov_loss
 from rlvr.algo.token_weighting import tea_rl_loss, token_reweight_loss
+from rlvr.algo.trepo import trepo_advantages
+from rlvr.algo.vapo import vapo_advantages
 from rlvr.algo.vine import vine_advantages
 
 __all__ = [
@@ -90,8 +93,11 @@ __all__ = [
     "rebn_advantages",
     "sft_token_loss",
     "tea_rl_loss",
+    "tempo_advantages",
     "tis_loss",
     "token_reweight_loss",
+    "trepo_advantages",
+    "vapo_advantages",
     "step_returns_advantages",
     "vine_advantages",
     "token_weights",

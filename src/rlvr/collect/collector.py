@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +49,13 @@ from rlvr.rewards.scoring import eval_pool, score_completions, training_pool, wa
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import check_template
 from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes
+from rlvr.rollout.exploration import (
+    TemperatureController,
+    noise_generator,
+    noise_std,
+    parameter_noise,
+    sampled_entropy,
+)
 from rlvr.trajectory import Trajectory, TrajectoryGroup
 
 
@@ -150,6 +158,30 @@ class Collector:
         # the prompts and every rank gets all groups back (rlvr.train.scale.distributed.Ranks.spread).
         self.spread: Callable[[list, Callable[[list], list]], list] = run_here
         self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
+        self._check_exploration()
+        # rollout.temperature_control: the temperature moves after each step (state, checkpointed)
+        r = cfg.rollout
+        self.temperature = (
+            TemperatureController(r.temperature_control, r.temperature)
+            if r.temperature_control.target is not None
+            else None
+        )
+        self._intent_counts = [0.0, 0.0, 0.0]  # IFG: completions, intent tokens, intents ended
+
+    def _check_exploration(self) -> None:
+        """Refuse exploration settings this run cannot honour (rlvr.rollout.exploration)."""
+        r = self.cfg.rollout
+        if r.temperature_control.target is not None and self.cfg.train.max_staleness is not None:
+            raise RlvrError(
+                "rollout.temperature_control: the trainer recomputes log-probs at the rollout temperature of "
+                "the step it trains, which asynchronous collection (train.max_staleness) has already moved "
+                "on; set train.max_staleness=null"
+            )
+        if r.param_noise.std > 0 and not (hasattr(self.engine, "model") and hasattr(self.engine, "lock")):
+            raise RlvrError(
+                f"rollout.param_noise.std: the {type(self.engine).__name__} engine does not sample from a "
+                "module in this process that noise could be added to; use rollout.engine=hf"
+            )
 
     # ----------------------------------------------------------------------------- state
     @property
@@ -160,6 +192,8 @@ class Collector:
     def state(self) -> dict[str, Any]:
         """The draw's, the prompt history's and the replay buffer's state (JSON-safe)."""
         state = {"sampler": self.draw.state(), "history": self.history.state(), "round": self.round}
+        if self.temperature is not None:
+            state["exploration"] = self.temperature.state()
         if self.replay is not None:
             state["replay"] = self.replay.state()
         return state
@@ -168,6 +202,8 @@ class Collector:
         self.draw.load_state(state["sampler"])
         self.history.load_state(state.get("history", {}))
         self.round = state.get("round", 0)
+        if self.temperature is not None and "exploration" in state:
+            self.temperature.load_state(state["exploration"])
         if self.replay is not None and "replay" in state:
             self.replay.load_state(state["replay"])
 
@@ -181,6 +217,9 @@ class Collector:
             max_new_tokens=r.max_new_tokens,
             ignore_eos=r.ignore_eos,
             self_certainty=self.self_certainty,
+            intent_temperature=r.ifg.temperature,
+            intent_end=r.ifg.end,
+            intent_max_tokens=r.ifg.max_tokens,
         )
 
     def env_of(self, example: Example) -> str | None:
@@ -204,6 +243,7 @@ class Collector:
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
         results = score_completions(self.pool, flat, examples, [len(g) for g in completions])
         version = self.engine.policy_version
+        self._count_intents(flat)
         groups, at = [], 0
         for index, group in zip(indices, completions):
             trajectories = []
@@ -264,13 +304,67 @@ class Collector:
         """Sample ``count`` groups (default ``rollout.prompts_per_step``), drop the uninformative ones.
 
         ``greedy_baseline`` scores one greedy completion per kept group (ReMax's baseline).
+
+        Exploration (:mod:`rlvr.rollout.exploration`): under ``rollout.temperature_control`` the
+        step samples at the controller's temperature, written into ``rollout.temperature`` (the one
+        the learner recomputes log-probs with, so the update of this step uses it too), and the
+        controller moves after the step from its sampled-token entropy; under
+        ``rollout.param_noise`` every sampling call of the step (refills, VinePPO's, the greedy
+        baselines) runs with noisy norm weights, restored bit for bit before this returns.
         """
+        self.round += 1
+        r = self.cfg.rollout
+        extra: dict[str, float] = {}
+        if self.temperature is not None:
+            r.temperature = self.temperature.temperature
+            extra["rollout/temperature"] = r.temperature
+        std = noise_std(r.param_noise, self.round)
+        if r.param_noise.std > 0:
+            extra["rollout/param_noise_std"] = std
+        with self._rollout_noise(std):
+            collection = self._collect(count, greedy_baseline)
+        if self.temperature is not None:
+            entropy = sampled_entropy(collection.seen)
+            if entropy is not None:
+                extra["rollout/sampled_entropy"] = entropy
+            self.temperature.observe(entropy)  # the next step's temperature
+        if r.ifg.temperature is not None and self._intent_counts[0]:
+            n, intent_tokens, ended = self._intent_counts
+            extra["rollout/intent_tokens"] = intent_tokens / n
+            extra["rollout/intent_ended"] = ended / n
+        self._intent_counts = [0.0, 0.0, 0.0]
+        collection.metrics.update(extra)
+        return collection
+
+    @contextmanager
+    def _rollout_noise(self, std: float) -> Iterator[None]:
+        """Noise on the engine's norm weights for the duration (AQN), under the engine's lock so that
+        no other generate call (an evaluation, another thread) samples from the perturbed module."""
+        if std <= 0:
+            yield
+            return
+        generator = noise_generator(self.cfg.seed, self.round)
+        with self.engine.lock, parameter_noise(self.engine.model, std, generator):
+            yield
+
+    def _count_intents(self, completions: list) -> None:
+        """IFG: count each completion's intent tokens (those at the intent temperature, from the
+        first) and whether its intent ended inside it."""
+        hot = self.cfg.rollout.ifg.temperature
+        for c in completions:
+            if c.temperatures is None:
+                continue
+            ended = next((i for i, t in enumerate(c.temperatures) if t != hot), None)
+            self._intent_counts[0] += 1
+            self._intent_counts[1] += len(c.temperatures) if ended is None else ended
+            self._intent_counts[2] += ended is not None
+
+    def _collect(self, count: int | None, greedy_baseline: bool) -> Collection:
         a = self.cfg.algo
         want = count or self.cfg.rollout.prompts_per_step
         kept: list[TrajectoryGroup] = []
         seen: list[TrajectoryGroup] = []
         rounds = 1 + (a.max_refills if a.refill else 0)
-        self.round += 1
         counts = {"samples/unscored": 0.0, "groups/partial": 0.0}
         for _ in range(rounds):
             batch = self.sample_round(want - len(kept) if kept else want)

@@ -28,3 +28,10 @@ class ReferenceConfig(Section):
     decay: float = Field(
         0.99, gt=0, lt=1, description="update=ema: the weight of the old reference in each EMA step."
     )
+    critical_kl: float = Field(
+        0.0,
+        ge=0,
+        description="α of the critical-token KL: each token's KL term is multiplied by exp(−α·H_ref), H_ref "
+        "the reference's entropy at that position, so the KL holds the policy less where the reference "
+        "itself is unsure (critical tokens); 0: every token weighs the same.",
+    )

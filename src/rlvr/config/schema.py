@@ -18,6 +18,12 @@ from pydantic import Field, ValidationInfo, model_validator
 from rlvr.config.credit import PrimeConfig
 from rlvr.config.data_plan import CurriculumConfig, ReplayConfig, SelectionConfig, SourceItem
 from rlvr.config.evaluation import EvalConfig
+from rlvr.config.exploration import (
+    IntentConfig,
+    ParamNoiseConfig,
+    TemperatureControlConfig,
+    check_exploration,
+)
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
 from rlvr.config.reference import ReferenceConfig
 from rlvr.config.section import Section
@@ -201,6 +207,10 @@ class RolloutConfig(Section):
         "call (Llama models: a fused decode step). auto: where it was measured to pay (Llama: at most "
         "64 sequences and max_new_tokens >= 16; other models: at most 16 and >= 64).",
     )
+    temperature_control: TemperatureControlConfig = Field(default_factory=TemperatureControlConfig)
+    ifg: IntentConfig = Field(default_factory=IntentConfig)
+    param_noise: ParamNoiseConfig = Field(default_factory=ParamNoiseConfig)
+    _check_exploration = model_validator(mode="after")(check_exploration)
 
 
 class EnvConfig(Section):
@@ -305,11 +315,25 @@ class CriticConfig(Section):
     value_clip: float = Field(
         0.2, gt=0, description="Values move at most this far from the rollout's values."
     )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Value warm-up (VAPO's value pre-training): for the first N steps only the critic "
+        "trains; the policy's weights stay as they are (its optimizer skips them).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> CriticConfig:
         if self.model is not None and self.kind != "separate":
             raise ValueError("algo.critic.model applies only to algo.critic.kind: separate")
+        if self.warmup_steps > 0 and self.kind == "none":
+            raise ValueError(
+                "algo.critic.warmup_steps trains a critic: set algo.critic.kind to head or separate"
+            )
+        if self.warmup_steps > 0 and self.vf_coef == 0:
+            raise ValueError(
+                "algo.critic.warmup_steps trains the critic alone: it needs algo.critic.vf_coef > 0"
+            )
         return self
 
 
@@ -366,6 +390,14 @@ class AlgoConfig(Section):
     critic: CriticConfig = Field(default_factory=CriticConfig)
     prime: PrimeConfig = Field(default_factory=PrimeConfig)
     reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+    lowprob_isolation: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Lopti (docs/algorithms.md): each minibatch is trained in two optimizer steps, first "
+        "on the tokens whose probability before the update is below this threshold, then on the rest; "
+        "None: one step over all tokens.",
+    )
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
@@ -383,6 +415,11 @@ class AlgoConfig(Section):
     def _check(self) -> AlgoConfig:
         if self.kl_target is not None and self.kl_coef <= 0:
             raise ValueError("algo.kl_target needs algo.kl_coef > 0 (the starting coefficient)")
+        if self.reference.critical_kl > 0 and (self.kl_coef <= 0 or self.kl_in_reward):
+            raise ValueError(
+                "algo.reference.critical_kl weights the KL loss term per token: it needs algo.kl_coef > 0 "
+                "and algo.kl_in_reward false"
+            )
         if self.reference.update != "fixed" and self.kl_coef <= 0:
             raise ValueError(
                 f"algo.reference.update={self.reference.update} moves the KL reference, which needs "

@@ -28,6 +28,12 @@ class SamplingParams:
     # also return each sampled token's self-certainty, KL(uniform ‖ p) of the policy's next-token
     # distribution at temperature 1 (for the self_certainty reward; computed from logits in hand)
     self_certainty: bool = False
+    # intent-factored generation (IFG, rollout.ifg): while a sequence is in its intent (until the
+    # token that completes ``intent_end``, or ``intent_max_tokens`` tokens) it is sampled at
+    # ``intent_temperature``, after it at ``temperature``; None: one temperature throughout
+    intent_temperature: float | None = None
+    intent_end: str = "\n"
+    intent_max_tokens: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -45,6 +51,9 @@ class Completion:
     finish_reason: str  # "stop" (EOS), "stop_string" (a stop string completed) or "length" (max_new_tokens)
     text: str = ""
     self_certainty: list[float] | None = None  # per token, when SamplingParams.self_certainty asked
+    # per token, the temperature it was sampled at (and its logprob taken under), when
+    # SamplingParams.intent_temperature made it vary within the completion
+    temperatures: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -33,9 +33,15 @@ def token_self_certainty(logits: torch.Tensor) -> torch.Tensor:
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    temperature: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick next tokens from ``logits`` [B, V]; return (tokens [B], logprobs [B]).
+
+    ``temperature`` [B] (all > 0), when given, is each row's own temperature in place of
+    ``params.temperature`` (intent-factored generation): each logprob is then under its row's.
 
     The logprob is taken from the temperature-scaled distribution before top-p truncation, which
     is the distribution the trainer recomputes (it applies the same temperature). Sampling inverts
@@ -47,7 +53,8 @@ def sample_next(
         tokens = logits.argmax(dim=-1)
         chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
         return tokens, chosen - torch.logsumexp(logits, dim=-1)
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    scale = params.temperature if temperature is None else temperature.to(logits.device)[:, None]
+    probs = torch.softmax(logits.float() / scale, dim=-1)
     kept = probs
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -215,16 +222,24 @@ class HFEngine:
         tokens: list[list[int]] = [[] for _ in range(total)]
         logps: list[list[float]] = [[] for _ in range(total)]
         certainty: list[list[float]] | None = [[] for _ in range(total)] if params.self_certainty else None
+        # IFG: which sequences are still in their intent, and each token's temperature
+        intent = (
+            _Intent(params, total) if params.intent_temperature is not None and not params.greedy else None
+        )
         finish = ["length"] * total
         alive = torch.arange(total)  # which sequences the batch rows currently are
         stop_ids = torch.tensor(self.stop_token_ids, device=device)
 
         for step in range(params.max_new_tokens):
-            token, logp = sample_next(logits, params, self.generator if device.type == "cpu" else None)
+            row_temperature = intent.row_temperatures(alive) if intent is not None else None
+            generator = self.generator if device.type == "cpu" else None
+            token, logp = sample_next(logits, params, generator, row_temperature)
             token_list, logp_list = token.tolist(), logp.tolist()
             for row, seq in enumerate(alive.tolist()):
                 tokens[seq].append(token_list[row])
                 logps[seq].append(logp_list[row])
+            if intent is not None:
+                intent.advance(alive.tolist(), tokens, self.tokenizer)
             if certainty is not None:
                 for seq, value in zip(alive.tolist(), token_self_certainty(logits).tolist()):
                     certainty[seq].append(value)
@@ -285,6 +300,7 @@ class HFEngine:
                         finish_reason=finish[seq],
                         text=self.tokenizer.decode(text_ids, skip_special_tokens=True),
                         self_certainty=certainty[seq] if certainty is not None else None,
+                        temperatures=intent.temperatures[seq] if intent is not None else None,
                     )
                 )
             groups.append(group)
@@ -313,6 +329,39 @@ class HFEngine:
             positions[row, width - len(ids) :] = torch.arange(c, c + len(ids))
         cache = padded_cache([s.to(self.device) if s is not None else None for s in states], past)
         return input_ids, mask, positions, cache
+
+
+class _Intent:
+    """Per-sequence state of intent-factored generation (IFG, seeds 002:19) within one decode.
+
+    A sequence starts in its intent, sampled at ``params.intent_temperature``; the token that
+    completes ``params.intent_end`` (found in the decoded tail, as stop strings are) is still the
+    intent's, and every token after it is sampled at ``params.temperature``. ``intent_max_tokens``
+    ends an intent that never says ``intent_end``. The switch is per sequence, one batch row each."""
+
+    def __init__(self, params: SamplingParams, total: int) -> None:
+        self.params = params
+        self.open = [True] * total  # still in the intent
+        self.temperatures: list[list[float]] = [[] for _ in range(total)]
+        self.tail = _tail_tokens((params.intent_end,))
+
+    def row_temperatures(self, alive: torch.Tensor) -> torch.Tensor:
+        """The temperature of each batch row's next token [B]."""
+        hot, cold = self.params.intent_temperature, self.params.temperature
+        return torch.tensor([hot if self.open[seq] else cold for seq in alive.tolist()], dtype=torch.float32)
+
+    def advance(self, alive: list[int], tokens: list[list[int]], tokenizer) -> None:
+        """Record the temperature each row's new token was sampled at; close the intents it ended."""
+        hot, cold = self.params.intent_temperature, self.params.temperature
+        limit, end = self.params.intent_max_tokens, self.params.intent_end
+        for seq in alive:
+            self.temperatures[seq].append(hot if self.open[seq] else cold)
+            if not self.open[seq]:
+                continue
+            if limit is not None and len(tokens[seq]) >= limit:
+                self.open[seq] = False
+            elif end in tokenizer.decode(tokens[seq][-self.tail :], skip_special_tokens=False):
+                self.open[seq] = False
 
 
 def _tail_tokens(stop_strings: tuple[str, ...]) -> int:

@@ -11,7 +11,7 @@ written by ``rlvr collect``, a replay buffer — and its output is new weights w
    are offered as ``values``, a greedy baseline's rewards as ``baseline_rewards``, each reward's own
    score as ``reward_components``, and a stateful estimator's state (checkpointed) as ``estimator_state``;
 3. runs the policy update (:func:`rlvr.train.learn.update.policy_update`) and moves the adaptive
-   coefficients.
+   coefficients; during the critic's warm-up (``algo.critic.warmup_steps``) only the critic trains.
 
 The method being trained enters only through the registries in :mod:`rlvr.algo`.
 """
@@ -94,6 +94,7 @@ class Learner:
                 cfg, self.ref_model if self.ref_model is not None else self.load_reference()
             )
         total_updates = cfg.train.steps * cfg.algo.epochs * cfg.algo.minibatches
+        total_updates *= 2 if cfg.algo.lowprob_isolation is not None else 1  # Lopti: two steps each
         self.critic = build_critic(cfg, self.model, total_updates)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         for group in self.critic.policy_param_groups(cfg.algo.critic.lr) if self.critic else []:
@@ -124,6 +125,12 @@ class Learner:
         return model.requires_grad_(False)
 
     @property
+    def critic_warming(self) -> bool:
+        """Whether this update is one of the critic's warm-up steps (``algo.critic.warmup_steps``):
+        the critic trains on it and the policy does not (VAPO's value pre-training)."""
+        return self.critic is not None and self.version < self.cfg.algo.critic.warmup_steps
+
+    @property
     def needs_greedy_baseline(self) -> bool:
         """Whether the estimator asks for ``baseline_rewards`` (groups must carry ``baseline_reward``)."""
         return takes(ADVANTAGE_ESTIMATORS.get(self.cfg.algo.advantage), "baseline_rewards")
@@ -145,18 +152,28 @@ class Learner:
                     f"group of example {g.example_index} has a trajectory without a reward (a reward "
                     "error): the collector drops such groups or scores them 0 (rewards.on_error)"
                 )
+        warming = self.critic_warming
+        if warming and self.shard is not None:
+            raise RlvrError("algo.critic.warmup_steps does not run under torchrun yet: train in one process")
         batch, metrics = self.prepare_batch(groups)
         self._keep_advantages(groups, batch)
         metrics.update(self.coefs.metrics(self.cfg.algo))  # the coefficients this update uses
         metrics["update/loss_scale"] = loss_scale(self.cfg, groups, groups if sampled is None else sampled)
+        if self.cfg.algo.critic.warmup_steps > 0:
+            metrics["critic/warmup"] = float(warming)  # 1: only the critic trained this step
         aux_loss, main_weight = None, 1.0
-        if self.cfg.mix.demos == "chord":  # (1 − μ)·RL + μ·SFT in one step (rlvr.train.stages.mix)
+        if self.cfg.mix.demos == "chord" and not warming:  # (1 − μ)·RL + μ·SFT (rlvr.train.stages.mix)
             from rlvr.train.stages.mix import chord_step
 
             main_weight, aux_loss, mix_metrics = chord_step(self, groups)
             metrics.update(mix_metrics)
-        metrics.update(
-            policy_update(
+        # value warm-up: the policy's weights take no gradient, so its optimizer skips them (a value
+        # head, not part of the policy module, and a separate critic still train)
+        frozen = [p for p in self.model.parameters() if p.requires_grad] if warming else []
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            update_metrics = policy_update(
                 self.train_model,
                 self.optimizer,
                 self.scheduler,
@@ -178,7 +195,10 @@ class Learner:
                 main_weight=main_weight,
                 replay_cap=self.cfg.data.replay.cap,
             )
-        )
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        metrics.update(update_metrics)
         self.coefs.update(self.cfg.algo, metrics, len(batch))
         if self.ref_model is not None:
             metrics.update(self.reference_mover.after_update(self.model, self.ref_model, self.optimizer))
@@ -246,6 +266,8 @@ class Learner:
             context["mc_ends"] = [t.mc_ends for t in trajectories]
         if takes(estimator, "sampling_logprobs"):  # the rollout's, per sampled token, as a prefix (lens)
             context["sampling_logprobs"] = layout.compact(batch.sampling_logprobs)
+        if takes(estimator, "token_ids"):  # each row's sampled token ids, as a prefix (tempo, trepo)
+            context["token_ids"] = layout.compact(batch.completion_ids)
         if takes(estimator, "example_ids"):
             context["example_ids"] = [t.example_id or f"index:{t.example_index}" for t in trajectories]
         if takes(estimator, "estimator_state"):  # read and updated in place by the estimator

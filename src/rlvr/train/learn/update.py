@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,55 @@ def batch_logprobs(
             sub = batch.select(rows)
             out[rows, : sub.completion_width] = completion_logprobs(model, sub, temperature)[0]
     return out
+
+
+@torch.no_grad()
+def batch_logprobs_entropy(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro: int,
+    temperature: float,
+    autocast: AbstractContextManager | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`batch_logprobs` and the per-token entropy [B, T] of the model's distribution (the
+    reference's confidence, for the critical-token KL)."""
+    out, entropy = torch.zeros_like(batch.sampling_logprobs), torch.zeros_like(batch.sampling_logprobs)
+    with autocast or nullcontext():
+        for rows in _micro_slices(len(batch), micro):
+            sub = batch.select(rows)
+            logprobs, ent = completion_logprobs(model, sub, temperature, with_entropy=True)
+            out[rows, : sub.completion_width], entropy[rows, : sub.completion_width] = logprobs, ent
+    return out, entropy
+
+
+def lopti_part(old_logprobs: torch.Tensor, mask: torch.Tensor, threshold: float, low: bool) -> torch.Tensor:
+    """Lopti's token pass (seeds 003:12): the valid tokens whose probability under the policy before
+    the update is below ``threshold`` (``low``) or not."""
+    below = (old_logprobs[:, : mask.shape[1]].exp() < threshold).to(mask.dtype)
+    return mask * (below if low else 1.0 - below)
+
+
+def update_passes(
+    batch: TrainBatch,
+    minibatches: int,
+    generator: torch.Generator | None,
+    old_all: torch.Tensor | None,
+    isolation: float | None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The optimizer steps of one epoch: each minibatch's rows, and the token mask the step trains
+    on. Without ``isolation`` one step per minibatch over all its tokens (mask None). With it
+    (Lopti), two: the low-probability tokens first, then the rest, each step its own gradient; a pass
+    with no tokens is left out (an optimizer step on nothing would still move the weights through
+    Adam's momentum)."""
+    for rows in minibatch_rows(batch, minibatches, generator):
+        if isolation is None:
+            yield rows, None
+            continue
+        mask = batch.completion_mask[rows]
+        for low in (True, False):
+            part = lopti_part(old_all[rows], mask, isolation, low)
+            if part.sum() > 0:
+                yield rows, part
 
 
 def split_logprobs(
@@ -177,16 +226,27 @@ def policy_update(
     loss_fn = POLICY_LOSSES.get(cfg.loss)
     entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
-    on_policy = cfg.epochs == 1 and cfg.minibatches == 1
+    isolation = cfg.lowprob_isolation  # Lopti's probability threshold, or None
+    critical = cfg.reference.critical_kl  # the critical-token KL's α, or 0
+    if shard is not None and (isolation is not None or critical > 0):
+        raise ValueError(
+            "algo.lowprob_isolation and algo.reference.critical_kl are not supported under torchrun yet"
+        )
+    # Lopti's second pass needs the logprobs from before its first: they are frozen, as off-policy
+    on_policy = cfg.epochs == 1 and cfg.minibatches == 1 and isolation is None
     # On-policy, the old policy *is* the current one: its logprobs are the forward pass's own,
     # detached, and no extra pass is needed. Otherwise they are frozen before the first step.
     # Under torchrun each rank computes its share of these no-gradient passes (split_logprobs).
     micro_size = cfg.micro_batch_size
     old_all = None if on_policy else split_logprobs(model, batch, micro_size, temperature, autocast, shard)
     kl_coef = cfg.kl_coef if kl_coef is None else kl_coef
-    ref_all = None
+    ref_all = ref_weight = None
     if kl_coef > 0 and ref_model is not None and not cfg.kl_in_reward:
-        ref_all = split_logprobs(ref_model, batch, micro_size, temperature, autocast, shard)
+        if critical > 0:  # each token's KL weighted by the reference's confidence there
+            ref_all, ref_h = batch_logprobs_entropy(ref_model, batch, micro_size, temperature, autocast())
+            ref_weight = torch.exp(-critical * ref_h)
+        else:
+            ref_all = split_logprobs(ref_model, batch, micro_size, temperature, autocast, shard)
     if critic is not None and (batch.returns is None or batch.old_values is None):
         raise ValueError("a critic's update needs batch.returns and batch.old_values")
     with_hidden = critic is not None and critic.shares_policy
@@ -198,9 +258,11 @@ def policy_update(
     aux_sums: dict[str, float] = defaultdict(float)
     updates = 0
     for _ in range(cfg.epochs):
-        for rows in minibatch_rows(batch, cfg.minibatches, generator):
+        for rows, part in update_passes(batch, cfg.minibatches, generator, old_all, isolation):
             mini = batch.select(rows)
             weights = token_weights(mini.completion_mask, cfg.loss_agg, max_new_tokens) * loss_scale
+            if part is not None:  # Lopti: this step trains on these tokens only, weighted as in the whole
+                weights = weights * part
             token_total = mini.completion_mask.sum().clamp(min=1)
             sampled_total = token_total  # the tokens with a sampling logprob
             if mini.given_mask is not None:
@@ -250,6 +312,8 @@ def policy_update(
                 loss = (per_token * w).sum()
                 if ref_all is not None:
                     kl = kl_fn(logprobs, ref_all[rows][micro_rows, :width])
+                    if ref_weight is not None:  # less KL where the reference is unsure (critical tokens)
+                        kl = kl * ref_weight[rows][micro_rows, :width]
                     loss = loss + kl_coef * (kl * w).sum()
                     sums["kl"] += float((kl.detach() * w).sum())
                 if main_weight != 1.0:
@@ -313,6 +377,9 @@ def policy_update(
     if replay_n:
         metrics["update/replay_is_weight_mean"] = replay_w / replay_n
     metrics.update({key: value / updates for key, value in aux_sums.items()})
+    if isolation is not None:  # the share of the trained tokens in Lopti's first (low-probability) pass
+        low = lopti_part(old_all, batch.completion_mask, isolation, low=True)
+        metrics["update/lopti_low_share"] = float(low.sum() / batch.completion_mask.sum().clamp(min=1))
     sampled, keep = batch.completion_mask, slice(None)
     if batch.given_mask is not None:  # given tokens have no sampling logprob; rows of them none at all
         sampled = batch.completion_mask * (1.0 - batch.given_mask)

@@ -316,8 +316,9 @@ def main() -> None:
         if args.seeds is not None:
             entries = [e for e in entries if any(o in (f"seed={s}" for s in args.seeds) for o in e[2])]
         run(entries, args.parallel, args.first_core)
-    results = [s for k in chosen for name, _, _ in PLAN[k] if (s := summarize_run(name, k)) is not None]
-    print(table(results))
+    # the summary and the plot always cover every run on disk (a `run --only X` must not shrink them)
+    results = [s for k in PLAN for name, _, _ in PLAN[k] if (s := summarize_run(name, k)) is not None]
+    print(table([r for r in results if r["recipe"] in chosen]))
     (OUT / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
     if plot(results, Path(args.plot)):
         print(f"wrote {args.plot}")

@@ -136,7 +136,13 @@ def _context(B: int, T: int) -> dict:
         "sampling_logprobs": -torch.rand(B, T),
         "truncated": torch.tensor([True] + [False] * (B - 1)),
         "entropy_with_grad": torch.rand(B, T, requires_grad=True),
+        "group_index": torch.arange(B) // 2,
+        "completion_ids": torch.randint(0, 1000, (B, T)),
+        "logsumexp": torch.rand(B, T, requires_grad=True),
     }
+
+
+REQUIRED_PARAMS = {"hicra": {"tokenizer": "tiny-random"}}  # a loss's params with no default
 
 
 @pytest.mark.parametrize("name", POLICY_LOSSES.names())
@@ -150,7 +156,7 @@ def test_every_loss_runs_with_the_trainer_context(name: str) -> None:
     old = new.detach() + torch.randn(B, T) * 0.3
     old[mask == 0] = 0.0  # what the trainer leaves in padding
     fn = POLICY_LOSSES.get(name)
-    kwargs = accepted_context(fn, _context(B, T), {}, "algo.loss_params")
+    kwargs = accepted_context(fn, _context(B, T), REQUIRED_PARAMS.get(name, {}), "algo.loss_params")
     for adv in (torch.randn(B), torch.randn(B, T)):
         per_token, stats = fn(new, old, adv, mask, **kwargs)
         assert per_token.shape == (B, T) and torch.isfinite(per_token).all()

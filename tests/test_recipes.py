@@ -61,6 +61,15 @@ CHAT_ROWS = [
 def _inputs(name: str, tmp_path: Path, teacher: str) -> list[str]:
     chat = tmp_path / "chat.jsonl"
     chat.write_text("\n".join(json.dumps(r) for r in CHAT_ROWS) + "\n")
+    if name == "astar_po":  # stage 1 of A*-PO: V* of every training prompt, from the reference's samples
+        from rlvr.algo.astar_po import collect_values
+
+        values = tmp_path / "astar_po_values.jsonl"
+        recipe = next(p for p in RECIPES if p.stem == name)
+        cfg = load_config(recipe, [*TINY, f"output_dir={tmp_path}", "name=values"])
+        cfg.rewards.functions = [*cfg.rewards.functions, LENGTH]
+        collect_values(cfg, values, samples=2)
+        return [f"algo.advantage_params.values_path={values}"]
     return {
         "sft": [f"sft.path={chat}"],
         "kd": [f"distill.path={chat}", f"distill.teacher={teacher}"],

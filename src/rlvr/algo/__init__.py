@@ -12,6 +12,8 @@ from rlvr.algo.advantages import (
     grpo_advantages,
 )
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
+from rlvr.algo.astar_po import astar_po_advantages, astar_po_loss
+from rlvr.algo.c3po import c3po_advantages
 from rlvr.algo.contrastive import copg_loss
 from rlvr.algo.demo_mix import chord_mu, chord_token_weights, luffy_loss, sft_token_loss
 from rlvr.algo.distill import (
@@ -24,6 +26,8 @@ from rlvr.algo.entropy import adaptive_entropy_coef, entropy_bonus_loss, positiv
 from rlvr.algo.filters import informative_groups, overlong_mask
 from rlvr.algo.gae import gae_advantages_and_returns, value_loss
 from rlvr.algo.gigpo import gigpo_advantages
+from rlvr.algo.grip import grip_advantages
+from rlvr.algo.hicra import hicra_loss
 from rlvr.algo.importance import masked_is_loss, tis_loss
 from rlvr.algo.kl import KL_ESTIMATORS, adaptive_kl_coef, kl_penalized_rewards
 from rlvr.algo.losses import POLICY_LOSSES, inner_loss, ppo_clip_loss
@@ -35,6 +39,7 @@ from rlvr.algo.preference import PREFERENCE_LOSSES, preference_metrics
 from rlvr.algo.ranking import arenarl_advantages
 from rlvr.algo.rebn import rebn_advantages
 from rlvr.algo.shaping import REWARD_SHAPERS, adaptive_length_penalty
+from rlvr.algo.shiq import shiq_loss
 from rlvr.algo.sparse_signal import gream_advantages, grpovi_advantages, lens_advantages
 from rlvr.algo.step_returns import step_returns_advantages
 from rlvr.algo.supervised import pacs_loss
@@ -58,7 +63,10 @@ __all__ = [
     "adaptive_kl_coef",
     "adaptive_length_penalty",
     "arenarl_advantages",
+    "astar_po_advantages",
+    "astar_po_loss",
     "bapo_loss",
+    "c3po_advantages",
     "check_same_vocabulary",
     "chord_mu",
     "chord_token_weights",
@@ -69,12 +77,14 @@ __all__ = [
     "gae_advantages_and_returns",
     "gdpo_advantages",
     "gigpo_advantages",
+    "grip_advantages",
     "gream_advantages",
     "group_count",
     "group_mean",
     "group_std",
     "grpo_advantages",
     "grpovi_advantages",
+    "hicra_loss",
     "informative_groups",
     "inner_loss",
     "kl_cov_loss",
@@ -92,6 +102,7 @@ __all__ = [
     "preference_metrics",
     "rebn_advantages",
     "sft_token_loss",
+    "shiq_loss",
     "tea_rl_loss",
     "tempo_advantages",
     "tis_loss",

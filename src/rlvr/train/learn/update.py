@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -41,6 +41,30 @@ def replay_weights(old: torch.Tensor, batch: TrainBatch, cap: float) -> tuple[to
     if batch.given_mask is not None:
         on = on & (batch.given_mask == 0)
     return torch.where(on, ratio, torch.ones_like(ratio)), on
+
+
+@contextmanager
+def captured_logits(model: torch.nn.Module, store: list[torch.Tensor]) -> Iterator[None]:
+    """Append the logits of each forward pass of ``model`` to ``store`` while open (for a loss that
+    names ``logsumexp``: the fused scoring keeps its log-sum-exp to itself)."""
+
+    def keep(_module: torch.nn.Module, _args: Any, output: Any) -> None:
+        store.append(output.logits)
+
+    handle = model.register_forward_hook(keep)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def logits_logsumexp(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log Σ_v exp(logits_v / T) per position [B, T], in float32 and differentiable: the log
+    normaliser of the distribution the logprobs are taken from (logprob = logit/T − it)."""
+    x = logits.float()
+    if temperature and temperature != 1.0:
+        x = x / temperature
+    return x.logsumexp(dim=-1)
 
 
 def _micro_slices(n: int, size: int) -> list[slice]:
@@ -224,7 +248,9 @@ def policy_update(
         raise ValueError("policy_update: an aux_loss is not supported under torchrun (a shard) yet")
     autocast = precision.autocast if precision is not None else nullcontext
     loss_fn = POLICY_LOSSES.get(cfg.loss)
-    entropy_mode = "grad" if "entropy_with_grad" in inspect.signature(loss_fn).parameters else True
+    loss_names = inspect.signature(loss_fn).parameters
+    entropy_mode = "grad" if "entropy_with_grad" in loss_names else True
+    with_lse = "logsumexp" in loss_names  # a [B, T, V] graph, only for a loss that names it
     kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
     isolation = cfg.lowprob_isolation  # Lopti's probability threshold, or None
     critical = cfg.reference.critical_kl  # the critical-token KL's α, or 0
@@ -283,7 +309,8 @@ def policy_update(
                     shard.sync_on_backward(model, last=i == len(slices) - 1 and not padding)
                 micro = mini.select(micro_rows)
                 width, mask = micro.completion_width, micro.completion_mask
-                with autocast():
+                logits: list[torch.Tensor] = []
+                with autocast(), captured_logits(model, logits) if with_lse else nullcontext():
                     logprobs, entropy, *hidden = completion_logprobs(
                         model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
                     )
@@ -298,6 +325,9 @@ def policy_update(
                     "sampling_logprobs": micro.sampling_logprobs,
                     "truncated": micro.truncated,
                     "group_index": micro.group_index,  # each row's prompt (copg pairs a prompt's rows)
+                    "completion_ids": micro.completion_ids,  # [B, T] the tokens (hicra reads their text)
+                    # the completion pass's (the last one's) log-normaliser per position, with gradient
+                    **({"logsumexp": logits_logsumexp(logits[-1], temperature)} if with_lse else {}),
                     **({} if micro.given_mask is None else {"given_mask": micro.given_mask}),
                     **(loss_context or {}),
                 }

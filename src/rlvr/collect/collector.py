@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +29,7 @@ from rich.console import Console
 from rlvr.algo import ADVANTAGE_ESTIMATORS
 from rlvr.algo.filters import informative_groups
 from rlvr.collect.episode_eval import evaluate_episodes
+from rlvr.collect.exploration import RolloutExploration
 from rlvr.collect.records import reward_metrics, sample_records
 from rlvr.collect.steps import apply_step_rewards, step_end_positions
 from rlvr.collect.tree import grow_trees
@@ -49,13 +49,6 @@ from rlvr.rewards.scoring import eval_pool, score_completions, training_pool, wa
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.chat_ledger import check_template
 from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes
-from rlvr.rollout.exploration import (
-    TemperatureController,
-    noise_generator,
-    noise_std,
-    parameter_noise,
-    sampled_entropy,
-)
 from rlvr.trajectory import Trajectory, TrajectoryGroup
 
 
@@ -158,30 +151,7 @@ class Collector:
         # the prompts and every rank gets all groups back (rlvr.train.scale.distributed.Ranks.spread).
         self.spread: Callable[[list, Callable[[list], list]], list] = run_here
         self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
-        self._check_exploration()
-        # rollout.temperature_control: the temperature moves after each step (state, checkpointed)
-        r = cfg.rollout
-        self.temperature = (
-            TemperatureController(r.temperature_control, r.temperature)
-            if r.temperature_control.target is not None
-            else None
-        )
-        self._intent_counts = [0.0, 0.0, 0.0]  # IFG: completions, intent tokens, intents ended
-
-    def _check_exploration(self) -> None:
-        """Refuse exploration settings this run cannot honour (rlvr.rollout.exploration)."""
-        r = self.cfg.rollout
-        if r.temperature_control.target is not None and self.cfg.train.max_staleness is not None:
-            raise RlvrError(
-                "rollout.temperature_control: the trainer recomputes log-probs at the rollout temperature of "
-                "the step it trains, which asynchronous collection (train.max_staleness) has already moved "
-                "on; set train.max_staleness=null"
-            )
-        if r.param_noise.std > 0 and not (hasattr(self.engine, "model") and hasattr(self.engine, "lock")):
-            raise RlvrError(
-                f"rollout.param_noise.std: the {type(self.engine).__name__} engine does not sample from a "
-                "module in this process that noise could be added to; use rollout.engine=hf"
-            )
+        self.exploration = RolloutExploration(cfg, self.engine)  # rlvr.collect.exploration
 
     # ----------------------------------------------------------------------------- state
     @property
@@ -192,8 +162,8 @@ class Collector:
     def state(self) -> dict[str, Any]:
         """The draw's, the prompt history's and the replay buffer's state (JSON-safe)."""
         state = {"sampler": self.draw.state(), "history": self.history.state(), "round": self.round}
-        if self.temperature is not None:
-            state["exploration"] = self.temperature.state()
+        if self.exploration.state() is not None:
+            state["exploration"] = self.exploration.state()
         if self.replay is not None:
             state["replay"] = self.replay.state()
         return state
@@ -202,8 +172,7 @@ class Collector:
         self.draw.load_state(state["sampler"])
         self.history.load_state(state.get("history", {}))
         self.round = state.get("round", 0)
-        if self.temperature is not None and "exploration" in state:
-            self.temperature.load_state(state["exploration"])
+        self.exploration.load_state(state.get("exploration"))
         if self.replay is not None and "replay" in state:
             self.replay.load_state(state["replay"])
 
@@ -243,7 +212,7 @@ class Collector:
         examples = [self.train_examples[indices[c.prompt_index]] for c in flat]
         results = score_completions(self.pool, flat, examples, [len(g) for g in completions])
         version = self.engine.policy_version
-        self._count_intents(flat)
+        self.exploration.count_intents(flat)
         groups, at = [], 0
         for index, group in zip(indices, completions):
             trajectories = []
@@ -305,59 +274,16 @@ class Collector:
 
         ``greedy_baseline`` scores one greedy completion per kept group (ReMax's baseline).
 
-        Exploration (:mod:`rlvr.rollout.exploration`): under ``rollout.temperature_control`` the
-        step samples at the controller's temperature, written into ``rollout.temperature`` (the one
-        the learner recomputes log-probs with, so the update of this step uses it too), and the
-        controller moves after the step from its sampled-token entropy; under
-        ``rollout.param_noise`` every sampling call of the step (refills, VinePPO's, the greedy
-        baselines) runs with noisy norm weights, restored bit for bit before this returns.
+        Exploration (:mod:`rlvr.collect.exploration`) wraps the step: the adaptive temperature,
+        AQN's parameter noise (every sampling call of the step: refills, VinePPO's, the greedy
+        baselines), IFG's counts.
         """
         self.round += 1
-        r = self.cfg.rollout
-        extra: dict[str, float] = {}
-        if self.temperature is not None:
-            r.temperature = self.temperature.temperature
-            extra["rollout/temperature"] = r.temperature
-        std = noise_std(r.param_noise, self.round)
-        if r.param_noise.std > 0:
-            extra["rollout/param_noise_std"] = std
-        with self._rollout_noise(std):
+        with self.exploration.around(self.round) as extra:
             collection = self._collect(count, greedy_baseline)
-        if self.temperature is not None:
-            entropy = sampled_entropy(collection.seen)
-            if entropy is not None:
-                extra["rollout/sampled_entropy"] = entropy
-            self.temperature.observe(entropy)  # the next step's temperature
-        if r.ifg.temperature is not None and self._intent_counts[0]:
-            n, intent_tokens, ended = self._intent_counts
-            extra["rollout/intent_tokens"] = intent_tokens / n
-            extra["rollout/intent_ended"] = ended / n
-        self._intent_counts = [0.0, 0.0, 0.0]
+        extra.update(self.exploration.after(collection.seen))
         collection.metrics.update(extra)
         return collection
-
-    @contextmanager
-    def _rollout_noise(self, std: float) -> Iterator[None]:
-        """Noise on the engine's norm weights for the duration (AQN), under the engine's lock so that
-        no other generate call (an evaluation, another thread) samples from the perturbed module."""
-        if std <= 0:
-            yield
-            return
-        generator = noise_generator(self.cfg.seed, self.round)
-        with self.engine.lock, parameter_noise(self.engine.model, std, generator):
-            yield
-
-    def _count_intents(self, completions: list) -> None:
-        """IFG: count each completion's intent tokens (those at the intent temperature, from the
-        first) and whether its intent ended inside it."""
-        hot = self.cfg.rollout.ifg.temperature
-        for c in completions:
-            if c.temperatures is None:
-                continue
-            ended = next((i for i, t in enumerate(c.temperatures) if t != hot), None)
-            self._intent_counts[0] += 1
-            self._intent_counts[1] += len(c.temperatures) if ended is None else ended
-            self._intent_counts[2] += ended is not None
 
     def _collect(self, count: int | None, greedy_baseline: bool) -> Collection:
         a = self.cfg.algo

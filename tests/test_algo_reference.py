@@ -17,6 +17,7 @@ from rlvr.config import load_config
 from rlvr.config.reference import ReferenceConfig
 from rlvr.errors import RlvrError
 from rlvr.log import read_jsonl
+from rlvr.train.learn.estimate import check_algorithm
 from rlvr.train.learn.reference import ReferenceMover, copy_weights, ema_step
 
 
@@ -73,7 +74,10 @@ def test_a_reference_of_another_architecture_is_refused() -> None:
 
 def test_a_moving_reference_needs_kl() -> None:
     with pytest.raises(RlvrError, match=r"algo.reference.update=reset.*algo.kl_coef > 0"):
-        load_config(None, ["algo.reference.update=reset"])
+        check_algorithm(load_config(None, ["algo.reference.update=reset"]))
+    # an estimator that reads the reference uses it without KL
+    care = ["algo.advantage=grpo_care", "algo.advantage_params={tokenizer: tiny-random}"]
+    check_algorithm(load_config(None, ["algo.reference.update=ema", *care]))
     assert load_config(None, ["algo.reference.update=ema", "algo.kl_coef=0.1"]).algo.reference.decay == 0.99
 
 

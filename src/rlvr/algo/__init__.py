@@ -14,6 +14,7 @@ from rlvr.algo.advantages import (
 from rlvr.algo.aggregate import AGGREGATIONS, token_weights
 from rlvr.algo.astar_po import astar_po_advantages, astar_po_loss
 from rlvr.algo.c3po import c3po_advantages
+from rlvr.algo.care import grpo_care_advantages
 from rlvr.algo.contrastive import copg_loss
 from rlvr.algo.demo_mix import chord_mu, chord_token_weights, luffy_loss, sft_token_loss
 from rlvr.algo.distill import (
@@ -76,6 +77,7 @@ __all__ = [
     "forking_tokens_loss",
     "gae_advantages_and_returns",
     "gdpo_advantages",
+    "grpo_care_advantages",
     "gigpo_advantages",
     "grip_advantages",
     "gream_advantages",

@@ -420,11 +420,6 @@ class AlgoConfig(Section):
                 "algo.reference.critical_kl weights the KL loss term per token: it needs algo.kl_coef > 0 "
                 "and algo.kl_in_reward false"
             )
-        if self.reference.update != "fixed" and self.kl_coef <= 0:
-            raise ValueError(
-                f"algo.reference.update={self.reference.update} moves the KL reference, which needs "
-                "algo.kl_coef > 0"
-            )
         if not self.entropy_coef_min <= self.entropy_coef_init <= self.entropy_coef_max:
             raise ValueError(
                 "algo.entropy_coef_init must lie within [algo.entropy_coef_min, algo.entropy_coef_max]"

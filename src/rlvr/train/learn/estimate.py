@@ -51,6 +51,12 @@ def check_algorithm(cfg: RunConfig) -> None:
                 f"'{a.advantage}' estimator scores subsets of k completions of a group; lower "
                 "algo.advantage_params.k or raise rollout.group_size"
             )
+    reads_reference = takes(estimator, "reference_logprobs")
+    if a.reference.update != "fixed" and a.kl_coef <= 0 and not reads_reference:
+        raise RlvrError(
+            f"algo.reference.update={a.reference.update} moves the reference, but nothing uses one: set "
+            f"algo.kl_coef > 0, or an estimator that reads the reference (grpo_care)"
+        )
     if takes(estimator, "values") and a.critic.kind == "none":
         raise RlvrError(
             f"algo.critic.kind: the estimator '{a.advantage}' needs values from a critic; "

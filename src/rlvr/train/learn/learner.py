@@ -84,7 +84,8 @@ class Learner:
         self.precision = precision_of(cfg)  # autocast for every forward pass; fp16's loss scaler
         self.scaler = grad_scaler(self.precision)
         self.ref_model = None
-        if cfg.algo.kl_coef > 0:  # no reference model at all when KL is off
+        # no reference model at all when KL is off, unless the estimator reads it (grpo_care)
+        if cfg.algo.kl_coef > 0 or takes(ADVANTAGE_ESTIMATORS.get(cfg.algo.advantage), "reference_logprobs"):
             self.ref_model = self.load_reference()
         self.prime = None  # PRIME's implicit process reward model (rlvr.train.learn.prime)
         if cfg.algo.prime.coef > 0:
@@ -266,6 +267,10 @@ class Learner:
             context["mc_ends"] = [t.mc_ends for t in trajectories]
         if takes(estimator, "sampling_logprobs"):  # the rollout's, per sampled token, as a prefix (lens)
             context["sampling_logprobs"] = layout.compact(batch.sampling_logprobs)
+        if takes(estimator, "reference_logprobs"):  # the reference's, of the sampled tokens (grpo_care)
+            autocast, micro = self.precision.autocast, a.micro_batch_size
+            ref = split_logprobs(self.ref_model, on_device, micro, temperature, autocast, self.shard).cpu()
+            context["reference_logprobs"] = layout.compact(ref)
         if takes(estimator, "token_ids"):  # each row's sampled token ids, as a prefix (tempo, trepo)
             context["token_ids"] = layout.compact(batch.completion_ids)
         if takes(estimator, "example_ids"):

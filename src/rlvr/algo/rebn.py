@@ -24,8 +24,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.algo.advantages import ADVANTAGE_ESTIMATORS, _scale
-from rlvr.algo.gae import terminal_rewards
-from rlvr.algo.step_returns import returns_to_go
+from rlvr.algo.step_returns import token_returns
 
 
 @ADVANTAGE_ESTIMATORS.register("rebn")
@@ -42,14 +41,7 @@ def rebn_advantages(
     del group_index  # the baseline is the batch's
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"rebn: discount must lie in [0, 1], got {discount}")
-    width = int(lengths.max()) if lengths.numel() else 0
-    if token_rewards is not None:
-        width = max(width, token_rewards.shape[1])
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
-    per_token = terminal_rewards(rewards.float(), lengths, width)
-    if token_rewards is not None:
-        per_token[:, : token_rewards.shape[1]] += token_rewards.float() * mask[:, : token_rewards.shape[1]]
-    returns = returns_to_go(per_token, mask, discount)
+    returns, mask = token_returns(rewards, lengths, token_rewards, discount)
     valid = returns[mask > 0]
     if valid.numel() < 2:
         return torch.zeros_like(returns)

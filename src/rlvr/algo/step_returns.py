@@ -31,6 +31,22 @@ def returns_to_go(per_token: torch.Tensor, mask: torch.Tensor, discount: float) 
     return out * mask
 
 
+def token_returns(
+    rewards: torch.Tensor, lengths: torch.Tensor, token_rewards: torch.Tensor | None, discount: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's discounted return-to-go [N, T] (the sequence reward on the last token, plus
+    ``token_rewards`` where given) and the valid-token mask [N, T] (T = the longest completion)."""
+    width = int(lengths.max()) if lengths.numel() else 0
+    if token_rewards is not None:
+        width = max(width, token_rewards.shape[1])
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
+    per_token = terminal_rewards(rewards.float(), lengths, width)
+    if token_rewards is not None:
+        per_token[:, : token_rewards.shape[1]] += token_rewards.float() * mask[:, : token_rewards.shape[1]]
+    returns = returns_to_go(per_token, mask, discount)
+    return returns, mask
+
+
 @ADVANTAGE_ESTIMATORS.register("step_returns")
 def step_returns_advantages(
     rewards: torch.Tensor,
@@ -43,14 +59,8 @@ def step_returns_advantages(
 ) -> torch.Tensor:
     """Advantages [N, T] (T = longest completion): each token's return-to-go minus the group's mean
     episode return, over the group's std of episode returns (module docstring)."""
-    width = int(lengths.max()) if lengths.numel() else 0
-    if token_rewards is not None:
-        width = max(width, token_rewards.shape[1])
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
-    per_token = terminal_rewards(rewards.float(), lengths, width)
-    if token_rewards is not None:
-        per_token[:, : token_rewards.shape[1]] += token_rewards.float() * mask[:, : token_rewards.shape[1]]
-    returns = returns_to_go(per_token, mask, discount)
+    returns, mask = token_returns(rewards, lengths, token_rewards, discount)
+    width = mask.shape[1]
     first = returns[:, 0] if width else torch.zeros(len(lengths))
     centered = returns - group_mean(first, group_index)[:, None]
     if normalize_std:

@@ -43,6 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=200, help="held-out prompts")
     parser.add_argument("--eval-samples", type=int, default=8, help="samples per prompt for pass@k")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", default="", help="comma-separated seeds; each preset runs once per seed (overrides --seed)"
+    )
+    parser.add_argument("--tag", default="", help="suffix for the preset names in this run (e.g. a variant)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-algorithms"))
     parser.add_argument("--set", action="append", default=[], help="extra key=value override (repeatable)")
     return parser.parse_args(argv)
@@ -59,12 +63,15 @@ def preset_paths(names: str) -> list[Path]:
     return [available[n] for n in wanted]
 
 
-def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path) -> dict:
-    """Train one preset for the budget; return its numbers (or its error)."""
+def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path, seed: int | None = None) -> dict:
+    """Train one preset for the budget at one seed; return its numbers (or its error)."""
     from rlvr import api
     from rlvr.config import load_config
     from rlvr.log import read_jsonl
 
+    seed = args.seed if seed is None else seed
+    label = path.stem + (f"-{args.tag}" if args.tag else "")
+    run_name = f"{label}-s{seed}" if args.seeds else label
     overrides = [
         f"train.time_limit_s={args.budget_s}",
         "eval.before=false",  # the same starting model for every preset: evaluated once, not per preset
@@ -72,24 +79,25 @@ def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path) -> dict:
         f"data.eval_size={args.eval_size}",
         f"eval.samples={args.eval_samples}",
         *([f"eval.pass_k={sorted({1, args.eval_samples})}"] if args.eval_samples else []),
-        f"seed={args.seed}",
+        f"seed={seed}",
         f"output_dir={runs_dir}",
-        f"name={path.stem}",
+        f"name={run_name}",
         *([f"model.name={args.model}"] if args.model else []),
         *args.set,
     ]
-    shutil.rmtree(runs_dir / path.stem, ignore_errors=True)
+    shutil.rmtree(runs_dir / run_name, ignore_errors=True)
     started = time.perf_counter()
     try:
         cfg = load_config(path, overrides)
         results = api.train(cfg, quiet=True)
     except Exception as err:  # one broken preset must not end the comparison
         return {
-            "preset": path.stem,
+            "preset": label,
+            "seed": seed,
             "error": f"{type(err).__name__}: {err}".splitlines()[0],
             "traceback": traceback.format_exc(),
         }
-    rows = [r for r in read_jsonl(runs_dir / path.stem / "metrics.jsonl") if r["phase"] == "train"]
+    rows = [r for r in read_jsonl(runs_dir / run_name / "metrics.jsonl") if r["phase"] == "train"]
     updated = [r for r in rows if "update/entropy" in r]
     elapsed, curve = 0.0, []
     for r in rows:
@@ -97,7 +105,9 @@ def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path) -> dict:
         curve.append((elapsed, r.get("reward/mean", 0.0)))
     tail = rows[-max(1, len(rows) // 5) :]  # last fifth of training, less noisy than the last step
     return {
-        "preset": path.stem,
+        "preset": label,
+        "seed": seed,
+        "run": run_name,
         "advantage": cfg.algo.advantage,
         "loss": cfg.algo.loss,
         "steps": len(rows),
@@ -108,11 +118,20 @@ def run_preset(path: Path, args: argparse.Namespace, runs_dir: Path) -> dict:
         "entropy_end": updated[-1]["update/entropy"] if updated else None,
         "reward_end": sum(r.get("reward/mean", 0.0) for r in tail) / len(tail) if tail else None,
         "curve": curve,
+        "entropy_curve": [
+            (sum(x.get("time/step_s", 0.0) for x in rows[: i + 1]), r["update/entropy"])
+            for i, r in enumerate(rows)
+            if "update/entropy" in r
+        ],
     }
 
 
 def _fmt(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _seed(result: dict, args: argparse.Namespace) -> str:
+    return f" (seed {result['seed']})" if args.seeds else ""
 
 
 def markdown_table(results: list[dict], args: argparse.Namespace) -> str:
@@ -121,7 +140,8 @@ def markdown_table(results: list[dict], args: argparse.Namespace) -> str:
         f"# Algorithm presets, {args.budget_s:g} s of training each",
         "",
         f"Model: {args.model or 'each preset’s own'}; held-out prompts: {args.eval_size}; "
-        f"pass@k from {k} samples per prompt; seed {args.seed}. Produced by `benchmarks/algorithms.py`.",
+        f"pass@k from {k} samples per prompt; seed(s) {args.seeds or args.seed}. "
+        "Produced by `benchmarks/algorithms.py`.",
         "",
         f"| preset | advantage | loss | steps | held-out acc (before → after) | pass@{k} after | "
         "mean length after | entropy at end | train reward at end |",
@@ -129,12 +149,12 @@ def markdown_table(results: list[dict], args: argparse.Namespace) -> str:
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['preset']} | – | – | – | failed: {r['error'][:80]} | | | | |")
+            lines.append(f"| {r['preset']}{_seed(r, args)} | – | – | – | failed: {r['error'][:80]} | | | | |")
             continue
         before, after = r["before"], r["after"]
         acc = f"{_fmt(before.get('eval/accuracy'))} → {_fmt(after.get('eval/accuracy'))}"
         lines.append(
-            f"| {r['preset']} | {r['advantage']} | {r['loss']} | {r['steps']} | {acc} | "
+            f"| {r['preset']}{_seed(r, args)} | {r['advantage']} | {r['loss']} | {r['steps']} | {acc} | "
             f"{_fmt(after.get(f'eval/pass@{k}'))} | {_fmt(after.get('eval/mean_length'), 1)} | "
             f"{_fmt(r['entropy_end'])} | {_fmt(r['reward_end'])} |"
         )
@@ -157,7 +177,10 @@ def plot_curves(results: list[dict], path: Path, window: int = 5) -> None:
             sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
             for i in range(len(rewards))
         ]
-        ax.plot(times, smooth, label=r["preset"], linewidth=1.2)
+        label = r["preset"] + (
+            f" s{r['seed']}" if "seed" in r and len(results) > len({x["preset"] for x in results}) else ""
+        )
+        ax.plot(times, smooth, label=label, linewidth=1.2)
     ax.set_xlabel("training time (s)")
     ax.set_ylabel(f"train reward (moving average of {window} steps)")
     ax.set_title("Training reward per algorithm preset, same wall-clock budget")
@@ -175,15 +198,20 @@ def main(argv: list[str] | None = None) -> None:
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for path in preset_paths(args.recipes):
-        print(f"[{path.stem}] training for {args.budget_s:g} s ...", flush=True)
-        result = run_preset(path, args, runs_dir)
-        results.append(result)
-        if "error" in result:
-            print(f"[{path.stem}] failed: {result['error']}", flush=True)
-        else:
-            print(f"[{path.stem}] {result['steps']} steps, after: {result['after']}", flush=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] or [args.seed]
+    for seed in seeds:  # seed-major: an interrupted run still has every preset at the first seeds
+        for path in preset_paths(args.recipes):
+            print(f"[{path.stem} seed {seed}] training for {args.budget_s:g} s ...", flush=True)
+            result = run_preset(path, args, runs_dir, seed)
+            results.append(result)
+            if "error" in result:
+                print(f"[{path.stem} seed {seed}] failed: {result['error']}", flush=True)
+            else:
+                print(
+                    f"[{path.stem} seed {seed}] {result['steps']} steps, after: {result['after']}", flush=True
+                )
+            # written after every run, so that a long comparison can be read (and aggregated) while it goes
+            (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (out / "algorithms.md").write_text(markdown_table(results, args))
     plot_curves(results, out / "reward_curves.png")
     print(f"wrote {out / 'algorithms.md'} and {out / 'reward_curves.png'}")

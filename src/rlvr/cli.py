@@ -84,6 +84,21 @@ def sft(
     _train(config, overrides, resume, overwrite, quiet, stage="sft")
 
 
+@app.command()
+def rm(
+    config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. rm.pairs=file rm.path=pairs.jsonl")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Delete an existing run of this name first (as rlvr train).")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+) -> None:
+    """Train a reward model (Bradley-Terry) on verifier-built or file pairs: rlvr train with stage=rm."""
+    _train(config, overrides, False, overwrite, quiet, stage="rm")
+
+
 def _train(
     config: str | None,
     overrides: list[str] | None,
@@ -119,6 +134,11 @@ def _train(
         return
     before, after = results.get("before"), results.get("after")
     for label, metrics in (("before", before), ("after", after)):
+        if metrics and "rm/eval_accuracy" in metrics:  # a reward model's held-out pairs
+            console.print(
+                f"held-out {label:6s}: pair accuracy {metrics['rm/eval_accuracy']:.1%}  "
+                f"loss {metrics['rm/eval_loss']:.4f}  (n={int(metrics['rm/eval_pairs'])} pairs)"
+            )
         if metrics and "sft/eval_loss" in metrics:  # a stage's own held-out metric
             console.print(f"held-out {label:6s}: SFT loss {metrics['sft/eval_loss']:.4f}")
         if metrics and "eval/accuracy" in metrics:
@@ -136,6 +156,13 @@ def _train(
             if by_group:
                 console.print(f"  by group: {by_group}")
     console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
+    if results.get("model") and cfg.stage == "rm":
+        console.print(
+            f"reward model: {results['model']}  (rewards.functions: [{{name: reward_model, params: "
+            f"{{path: {results['model']}}}}}])",
+            highlight=False,
+            markup=False,
+        )
     if failure:
         raise TrainingFailed(failure)
 

@@ -157,9 +157,15 @@ def _fill(tree: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> dict[str
 
 
 def default_name(tree: dict[str, Any]) -> str:
-    """``<algo.advantage>-<task or data file name>``, e.g. ``grpo-chain-sum``, ``grpo-problems``."""
+    """``<algo.advantage>-<task or data file name>``, e.g. ``grpo-chain-sum``, ``grpo-problems``; a
+    reward model's (``stage=rm``) is ``rm-<task or pair file name>``."""
     data = tree.get("data") or {}
     advantage = (tree.get("algo") or {}).get("advantage", "grpo")
+    if tree.get("stage") == "rm":
+        rm = tree.get("rm") or {}
+        if rm.get("pairs") == "file" and rm.get("path"):
+            return "rm-" + (Path(str(rm["path"]).rstrip("/")).stem or "pairs").replace("_", "-")
+        advantage = "rm"
     if data.get("sources"):
         subject = "mix-" + "-".join(str(item.get("name")) for item in data["sources"][:3])
     elif data.get("source") in ("file", "hf"):

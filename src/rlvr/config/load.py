@@ -127,7 +127,14 @@ def _allowed_keys(loc: tuple) -> list[str]:
 
 # the stage sections (rlvr.config.stages) and the stage that reads each; a config.yaml shows a section
 # only when the run reads it or sets it, so an RL run's file does not list every stage's defaults
-_STAGE_SECTIONS = {"sft": ("sft",), "rft": ("rft",), "dpo": ("dpo",), "distill": ("distill",), "mix": ()}
+_STAGE_SECTIONS = {
+    "sft": ("sft",),
+    "rft": ("rft",),
+    "dpo": ("dpo",),
+    "distill": ("distill",),
+    "rm": ("rm",),
+    "mix": (),
+}
 
 
 def dump_config(config: RunConfig) -> str:

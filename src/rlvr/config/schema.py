@@ -27,7 +27,15 @@ from rlvr.config.exploration import (
 from rlvr.config.outer import ClusterConfig, LogConfig, VLLMConfig
 from rlvr.config.reference import ReferenceConfig
 from rlvr.config.section import Section
-from rlvr.config.stages import DistillConfig, DpoConfig, MixConfig, RftConfig, SftConfig, StageItem
+from rlvr.config.stages import (
+    DistillConfig,
+    DpoConfig,
+    MixConfig,
+    RewardModelConfig,
+    RftConfig,
+    SftConfig,
+    StageItem,
+)
 
 
 class LoraConfig(Section):
@@ -518,13 +526,16 @@ class RunConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    stage: Literal["rl", "sft", "rft", "dpo", "distill"] = Field(
-        "rl", description="What this run trains (docs/stages.md): rl, sft, rft, dpo or distill."
+    stage: Literal["rl", "sft", "rft", "dpo", "distill", "rm"] = Field(
+        "rl",
+        description="What this run trains (docs/stages.md): rl, sft, rft, dpo, distill, or rm (a reward "
+        "model, docs/roles.md).",
     )
     sft: SftConfig = Field(default_factory=SftConfig)
     rft: RftConfig = Field(default_factory=RftConfig)
     dpo: DpoConfig = Field(default_factory=DpoConfig)
     distill: DistillConfig = Field(default_factory=DistillConfig)
+    rm: RewardModelConfig = Field(default_factory=RewardModelConfig)
     mix: MixConfig = Field(default_factory=MixConfig)
     stages: list[StageItem] = Field(
         default_factory=list,

@@ -3,10 +3,12 @@
 ``stage`` picks the kind (docs/stages.md): ``rl`` (the default: sampled groups, a policy loss),
 ``sft`` (demonstrations from a chat-data file, cross-entropy on assistant tokens), ``rft``
 (rejection-sampling fine-tuning: the policy's own samples that the verifier accepts, cross-entropy),
-``dpo`` (chosen/rejected pairs from a file or built from verifier-scored groups, a preference loss)
-and ``distill`` (a teacher's token distribution: offline KD on fixed data, on-policy distillation,
-self-distillation). Each kind reads its own section below; the others are ignored. ``stages`` runs
-several in order in one run directory (:mod:`rlvr.train.stages.pipeline`).
+``dpo`` (chosen/rejected pairs from a file or built from verifier-scored groups, a preference loss),
+``rm`` (a Bradley-Terry reward model on such pairs, a sequence classifier that the
+``reward_model`` reward loads) and ``distill`` (a teacher's token distribution: offline KD on fixed
+data, on-policy distillation, self-distillation). Each kind reads its own section below; the
+others are ignored. ``stages`` runs several in order in one run directory
+(:mod:`rlvr.train.stages.pipeline`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pydantic import Field
 
 from rlvr.config.section import Section
 
-STAGE_KINDS = ("rl", "sft", "rft", "dpo", "distill")
+STAGE_KINDS = ("rl", "sft", "rft", "dpo", "distill", "rm")
 
 
 class ChatDataConfig(Section):
@@ -96,6 +98,43 @@ class DpoConfig(ChatDataConfig):
     )
 
 
+class RewardModelConfig(ChatDataConfig):
+    """A reward model trained on chosen/rejected pairs (``stage=rm``, ``rlvr rm``; docs/roles.md)."""
+
+    pairs: Literal["sampled", "file"] = Field(
+        "sampled",
+        description="sampled: the policy (model.name) samples rollout.group_size completions of "
+        "rm.prompts training prompts and of rm.eval_prompts held-out prompts; within a group a "
+        "higher-reward completion is chosen over a lower one (verifier-built pairs); file: "
+        "prompt/chosen/rejected columns of rm.path (TRL's preference format).",
+    )
+    chosen_key: str = Field("chosen", description="Column of the preferred completion.")
+    rejected_key: str = Field("rejected", description="Column of the dispreferred completion.")
+    base: str | None = Field(
+        None,
+        description="The model the reward model starts from (a sequence-classification head is put "
+        "on it): built-in name, HF directory or hub id. None: model.name.",
+    )
+    prompts: int = Field(256, ge=1, description="pairs=sampled: training prompts sampled for pairs.")
+    eval_prompts: int = Field(
+        64, ge=0, description="pairs=sampled: held-out prompts (data's held-out set) sampled for pairs."
+    )
+    pairs_per_group: int = Field(
+        4, ge=1, description="pairs=sampled: at most this many pairs from one prompt's group."
+    )
+    max_length: int = Field(
+        512, ge=8, description="Longest rendered prompt + completion in tokens; longer pairs are left out."
+    )
+    batch_size: int = Field(16, ge=1, description="Pairs per optimizer step.")
+    epochs: int = Field(2, ge=1, description="Passes over the training pairs.")
+    margin: float = Field(
+        0.0, ge=0, description="Bradley-Terry loss on (score_chosen - score_rejected - margin)."
+    )
+    eval_every: int = Field(
+        0, ge=0, description="Held-out pair accuracy every N steps (0: before and after only)."
+    )
+
+
 class DistillConfig(ChatDataConfig):
     mode: Literal["on_policy", "offline", "self"] = Field(
         "on_policy",
@@ -155,7 +194,7 @@ class StageItem(Section):
     """One stage of a pipeline: a name (its sub-directory), a kind, and settings over the base config."""
 
     name: str = Field(description="The stage's name: its sub-directory of the run.")
-    stage: Literal["rl", "sft", "rft", "dpo", "distill"] = Field(description="What the stage trains.")
+    stage: Literal["rl", "sft", "rft", "dpo", "distill", "rm"] = Field(description="What the stage trains.")
     set: dict[str, Any] = Field(
         default_factory=dict,
         description="Dotted keys over the pipeline's config for this stage (e.g. {train.steps: 20}).",

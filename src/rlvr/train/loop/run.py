@@ -21,6 +21,10 @@ def run_training(
     from rlvr.train.loop.run_dir import removed_unless_trained
 
     console = console or Console(stderr=True)
+    if (
+        cfg.stage == "rm"
+    ):  # a reward model: a classifier on pairs, not a policy (rlvr.train.stages.reward_model)
+        return _reward_model(cfg, resume, console, quiet)
     if resume:
         from rlvr.train.loop.resume import clear_logs, nothing_to_do, resume_state
 
@@ -56,3 +60,26 @@ def run_training(
             raise Stopped(message, exit_code=130) from None
         finally:
             run.close()
+
+
+def _reward_model(cfg: RunConfig, resume: bool, console: Console, quiet: bool) -> dict:
+    """``stage=rm``: trained in one go; ``--resume`` of a finished one does nothing, of an interrupted
+    one is refused (it is short: train it again with --overwrite)."""
+    from pathlib import Path
+
+    from rlvr.errors import RlvrError
+    from rlvr.train.loop.checkpoint import newest_checkpoint
+    from rlvr.train.loop.run_dir import removed_unless_trained
+    from rlvr.train.stages.reward_model import train_reward_model
+
+    if resume:
+        run = Path(cfg.output_dir) / cfg.name
+        if newest_checkpoint(run / "checkpoints") is not None:
+            console.print(f"--resume: the reward model of {run} is already trained", highlight=False)
+            return {}
+        raise RlvrError(
+            f"--resume: {run} is a reward-model run (stage=rm) that did not finish; it cannot continue "
+            "mid-way: train it again with --overwrite"
+        )
+    with removed_unless_trained(cfg, resume, lambda: False):  # a failed one leaves nothing behind
+        return train_reward_model(cfg, console, quiet)

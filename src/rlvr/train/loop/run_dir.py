@@ -63,6 +63,8 @@ RUN_FILES = frozenset(
         "tensorboard",
         "wandb",
         "report.html",
+        "pairs.jsonl",  # stage=rm's sampled preference pairs
+        "eval_pairs.jsonl",
     }
 )
 RUN_PATTERNS = ("vllm_server*.log", ".vllm-ready-*")

@@ -4,9 +4,12 @@ A pipeline's run directory holds its ``config.yaml`` (with ``stages``), ``pipeli
 stage's kind, sub-directory, status and the step it starts at on the pipeline's axis) and one
 sub-directory per stage, each an ordinary run directory (metrics, samples, checkpoints, report).
 Stage *i* trains from stage *i−1*'s final weights (its newest checkpoint's ``model``), unless its
-``set`` names ``model.name``; a value ``"stage:NAME"`` anywhere in ``set`` is replaced by that
-earlier stage's final model directory (e.g. ``distill.teacher: stage:grpo`` distils an RL-trained
-stage into the base model).
+``set`` names ``model.name``; a value ``"stage:NAME"`` anywhere in ``set`` (inside lists and
+mappings too) is replaced by that earlier stage's final model directory (e.g.
+``distill.teacher: stage:grpo`` distils an RL-trained stage into the base model). A reward-model
+stage (``rm``) trains a classifier, not the policy: the stage after it starts from the last policy
+stage's weights (or the base model), and names the reward model as ``stage:NAME`` in a reward's
+``params.path``.
 
 ``--resume`` skips finished stages (their results are read back from ``pipeline.json``) and
 continues the stage that was running from its own last checkpoint, exactly as a single run
@@ -52,14 +55,7 @@ def stage_configs(cfg: RunConfig, models: dict[str, str] | None = None) -> list[
         tree.update(stage=item.stage, output_dir=str(run_dir), name=item.name)
         explicit = set(item.set)
         for key, value in item.set.items():
-            if isinstance(value, str) and value.startswith(STAGE_REF):
-                ref = value[len(STAGE_REF) :]
-                if ref not in names[:i]:
-                    raise RlvrError(
-                        f"stages[{i}].set.{key}={value!r}: no earlier stage named {ref!r} "
-                        f"(earlier: {', '.join(names[:i]) or 'none'})"
-                    )
-                value = models.get(ref, f"<final model of stage {ref}>")
+            value = _stage_refs(value, names[:i], models, f"stages[{i}].set.{key}")
             keys, _ = parse_override(f"{key}=0")  # the dotted path, checked as an override's
             _set(tree, keys, value, f"stages[{i}].set.{key}")
         if previous is not None and "model.name" not in explicit:
@@ -76,8 +72,26 @@ def stage_configs(cfg: RunConfig, models: dict[str, str] | None = None) -> list[
                 "checkpoint holds adapters, not a model the next stage can load); set model.lora.r=0"
             )
         out.append(sub)
-        previous = item.name
+        if item.stage != "rm":  # a reward model is no policy: the next stage goes on from the last one
+            previous = item.name
     return out
+
+
+def _stage_refs(value: Any, earlier: list[str], models: dict[str, str], where: str) -> Any:
+    """``value`` with every string ``"stage:NAME"`` in it (also inside lists and mappings, e.g. a
+    reward's ``params.path``) replaced by that earlier stage's final model directory."""
+    if isinstance(value, list):
+        return [_stage_refs(v, earlier, models, f"{where}[{n}]") for n, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _stage_refs(v, earlier, models, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, str) and value.startswith(STAGE_REF):
+        ref = value[len(STAGE_REF) :]
+        if ref not in earlier:
+            raise RlvrError(
+                f"{where}={value!r}: no earlier stage named {ref!r} (earlier: {', '.join(earlier) or 'none'})"
+            )
+        return models.get(ref, f"<final model of stage {ref}>")
+    return value
 
 
 def final_model(stage_dir: Path) -> str:
@@ -158,6 +172,11 @@ def run_pipeline(cfg: RunConfig, resume: bool, console: Console, quiet: bool) ->
                 highlight=False,
             )
         started = (stage_dir / "config.yaml").exists()
+        if started and item.stage == "rm":  # an interrupted reward model is trained again from the start
+            from rlvr.train.loop.run_dir import replace_run_dir
+
+            replace_run_dir(stage_dir)
+            started = False
         manifest["stages"] = [s for s in manifest["stages"] if s["name"] != item.name]
         manifest["stages"].append({**entry, "status": "running"})
         _write_manifest(run_dir, manifest)

@@ -6,6 +6,7 @@ from rlvr.envs.frozen_lake import FrozenLake
 from rlvr.envs.guess_number import GuessNumber
 from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
+from rlvr.envs.self_verify import SelfVerify
 from rlvr.envs.wordle import Wordle
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "GuessNumber",
     "PythonTool",
     "SearchEnv",
+    "SelfVerify",
     "Step",
     "Wordle",
     "make_env",

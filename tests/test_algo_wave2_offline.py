@@ -382,3 +382,19 @@ def test_astar_po_offline_pass_then_a_run(tmp_path: Path) -> None:
     expected = [r["reward"] - values[r["example_id"]] for r in logged]
     assert any(abs(e) > 1e-3 for e in expected)
     assert [r["advantage"] for r in logged] == pytest.approx(expected, abs=1e-3)
+
+
+def test_astar_po_without_a_readable_values_file_is_refused_before_any_model_loads(tmp_path: Path) -> None:
+    from rlvr.errors import RlvrError
+    from rlvr.train.learn.estimate import check_algorithm
+
+    with pytest.raises(
+        RlvrError, match=r"values_path: astar_po: cannot read the V\* values file astar_po_values"
+    ):
+        check_algorithm(load_config("astar_po"))  # the preset's default path, not written yet
+    with pytest.raises(RlvrError, match="values_path: the 'astar_po' estimator reads each prompt's V"):
+        check_algorithm(load_config("astar_po", ["algo.advantage_params={values_path: ''}"]))
+    bad = tmp_path / "v.jsonl"
+    bad.write_text('{"example_id": "a", "value": 0.5}\nnot json\n')
+    with pytest.raises(RlvrError, match=r"values_path: astar_po: .*v.jsonl:2: not a values row"):
+        check_algorithm(load_config("astar_po", [f"algo.advantage_params={{values_path: '{bad}'}}"]))

@@ -35,6 +35,22 @@ def takes(fn: Any, name: str) -> bool:
     return name in inspect.signature(fn).parameters
 
 
+def _check_values_file(advantage: str, path: str | None) -> None:
+    """An estimator that reads V* from a file (A*-PO) gets one that reads back, or an error naming the key."""
+    from rlvr.algo.astar_po import read_values
+
+    if not path:
+        raise RlvrError(
+            f"algo.advantage_params.values_path: the '{advantage}' estimator reads each prompt's V* from "
+            "a file; write it first with rlvr.algo.astar_po.collect_values (docs/algorithms.md), then give "
+            "its path"
+        )
+    try:
+        read_values(path)
+    except ValueError as err:
+        raise RlvrError(f"algo.advantage_params.values_path: {err}") from err
+
+
 def check_algorithm(cfg: RunConfig) -> None:
     """Raise :class:`RlvrError` naming the key for combinations only the registries can judge."""
     a = cfg.algo
@@ -51,6 +67,8 @@ def check_algorithm(cfg: RunConfig) -> None:
                 f"'{a.advantage}' estimator scores subsets of k completions of a group; lower "
                 "algo.advantage_params.k or raise rollout.group_size"
             )
+    if takes(estimator, "values_path"):  # A*-PO: the offline V* file must exist before a model loads
+        _check_values_file(a.advantage, a.advantage_params.get("values_path"))
     reads_reference = takes(estimator, "reference_logprobs")
     if a.reference.update != "fixed" and a.kl_coef <= 0 and not reads_reference:
         raise RlvrError(

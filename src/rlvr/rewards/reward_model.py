@@ -62,6 +62,18 @@ def render(tokenizer: Any, example: Example, completion: str) -> str:
     return f"{example.question}\n\n{completion}"
 
 
+def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, device: str = "cpu") -> Any:
+    """One padded batch of rendered texts, as the classifier reads them (what rm training feeds it too)."""
+    return tokenizer(
+        list(texts),
+        return_tensors="pt",
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        add_special_tokens=False,
+    ).to(device)
+
+
 def score_texts(
     path: str,
     texts: Sequence[str],
@@ -80,14 +92,7 @@ def score_texts(
         raise ValueError(f"label {label} out of range: the model has {model.config.num_labels} labels")
     scores: list[float] = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(
-            list(texts[start : start + batch_size]),
-            return_tensors="pt",
-            padding=True,
-            truncation=True,
-            max_length=max_length,
-            add_special_tokens=False,
-        ).to(device)
+        batch = encode_texts(tokenizer, texts[start : start + batch_size], max_length, device)
         with torch.inference_mode():
             logits = model(**batch).logits
         scores.extend(logits[:, label].float().tolist())

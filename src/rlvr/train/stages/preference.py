@@ -95,17 +95,24 @@ def _member(tokenizer: Any, example: Any, prompt_messages: int, max_length: int)
     return replace(demo, prompt_ids=prompt, segments=segments, example_index=example.index)
 
 
-def pair_group(tokenizer: Any, d: DpoConfig, where: str, row: Any, index: int) -> TrajectoryGroup:
-    """One preference row as ``TrajectoryGroup(index, [chosen, rejected])`` (rewards 1 and 0)."""
+def check_pair_row(where: str, row: Any, keys: tuple[str, str, str], section: str) -> None:
+    """A preference row must be an object with its prompt, chosen and rejected ``keys`` present
+    (the error names the row, the columns found and the ``section``'s keys that rename them)."""
     if not isinstance(row, dict):
         raise RlvrError(f"{where}: expected an object with named fields, got {type(row).__name__}.")
-    for key in (d.prompt_key, d.chosen_key, d.rejected_key):
+    prompt, chosen, rejected = keys
+    for key in keys:
         if not _present(row, key):
             raise RlvrError(
-                f"{where}: column {key!r} is missing or null; a preference pair needs {d.prompt_key!r}, "
-                f"{d.chosen_key!r} and {d.rejected_key!r} (columns found: {_found(row)}). Set "
-                "dpo.prompt_key, dpo.chosen_key and dpo.rejected_key to the columns that hold them."
+                f"{where}: column {key!r} is missing or null; a preference pair needs {prompt!r}, "
+                f"{chosen!r} and {rejected!r} (columns found: {_found(row)}). Set {section}.prompt_key, "
+                f"{section}.chosen_key and {section}.rejected_key to the columns that hold them."
             )
+
+
+def pair_group(tokenizer: Any, d: DpoConfig, where: str, row: Any, index: int) -> TrajectoryGroup:
+    """One preference row as ``TrajectoryGroup(index, [chosen, rejected])`` (rewards 1 and 0)."""
+    check_pair_row(where, row, (d.prompt_key, d.chosen_key, d.rejected_key), "dpo")
     prompt = row[d.prompt_key]
     prompt_messages = len(prompt) if isinstance(prompt, list) else 1  # text: one user message
     members = []

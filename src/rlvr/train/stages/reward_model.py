@@ -39,7 +39,7 @@ import torch
 
 from rlvr.algo.preference import bradley_terry_loss
 from rlvr.errors import RlvrError
-from rlvr.rewards.reward_model import render
+from rlvr.rewards.reward_model import encode_texts, render
 from rlvr.train.stages.reward_pairs import RewardPair, read_pairs, sample_pairs, write_pairs
 
 if TYPE_CHECKING:
@@ -80,19 +80,11 @@ def load_classifier(base: str, tokenizer: Any, device: str) -> torch.nn.Module:
 def pair_scores(
     model: torch.nn.Module, tokenizer: Any, pairs: list[RewardPair], max_length: int, device: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's scores of each pair's chosen and rejected text, in one padded batch, tokenised
-    exactly as :func:`rlvr.rewards.reward_model.score_texts` tokenises what the reward scores."""
+    """The model's scores of each pair's chosen and rejected text, in one padded batch, rendered and
+    tokenised by the functions the ``reward_model`` reward scores with (``render``, ``encode_texts``)."""
     texts = [render(tokenizer, p.example, p.chosen) for p in pairs]
     texts += [render(tokenizer, p.example, p.rejected) for p in pairs]
-    batch = tokenizer(
-        texts,
-        return_tensors="pt",
-        padding=True,
-        truncation=True,
-        max_length=max_length,
-        add_special_tokens=False,
-    ).to(device)
-    scores = model(**batch).logits[:, 0]
+    scores = model(**encode_texts(tokenizer, texts, max_length, device)).logits[:, 0]
     return scores[: len(pairs)], scores[len(pairs) :]
 
 

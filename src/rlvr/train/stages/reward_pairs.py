@@ -85,23 +85,14 @@ def _completion(value: Any, where: str, key: str) -> str:
 def read_pairs(rm: RewardModelConfig, path: str, split: str) -> list[RewardPair]:
     """Every row of ``path`` (the first ``rm.limit``) as a :class:`RewardPair`; a malformed row is an
     error naming it."""
-    from rlvr.data.chat_data import _found, _present
-    from rlvr.train.stages.preference import _rows
+    from rlvr.train.stages.preference import _rows, check_pair_row
 
     rows = _rows(path, split)[: rm.limit]
     if not rows:
         raise RlvrError(f"{path}: no rows; the preference data is empty.")
     pairs = []
     for index, (where, row) in enumerate(rows):
-        if not isinstance(row, dict):
-            raise RlvrError(f"{where}: expected an object with named fields, got {type(row).__name__}.")
-        for key in (rm.prompt_key, rm.chosen_key, rm.rejected_key):
-            if not _present(row, key):
-                raise RlvrError(
-                    f"{where}: column {key!r} is missing or null; a preference pair needs {rm.prompt_key!r}, "
-                    f"{rm.chosen_key!r} and {rm.rejected_key!r} (columns found: {_found(row)}). Set "
-                    "rm.prompt_key, rm.chosen_key and rm.rejected_key to the columns that hold them."
-                )
+        check_pair_row(where, row, (rm.prompt_key, rm.chosen_key, rm.rejected_key), "rm")
         prompt = _prompt_messages(row[rm.prompt_key], where, rm.prompt_key)
         chosen = _completion(row[rm.chosen_key], where, rm.chosen_key)
         rejected = _completion(row[rm.rejected_key], where, rm.rejected_key)

@@ -161,6 +161,9 @@ def test_a_reward_model_run_that_fails_leaves_nothing_and_resume_is_answered(tmp
             load_config(None, [*TINY_RUN, "stage=rm", "rm.pairs=file", f"output_dir={tmp_path}"]), quiet=True
         )
     assert not any(tmp_path.iterdir())
+    with pytest.raises(RlvrError, match="cannot play an environment's episodes"):
+        api.train(load_config("self_verify", [*TINY_RUN, "stage=rm", f"output_dir={tmp_path}"]), quiet=True)
+    assert not any(tmp_path.iterdir())
     cfg, _ = trained
     assert api.train(cfg, resume=True, quiet=True) == {}  # finished: nothing to do
 

@@ -137,7 +137,9 @@ def _progress(console: Console, quiet: bool) -> Any:
     return Progress(*columns, console=console, disable=quiet)
 
 
-def _pairs(cfg: RunConfig, run_dir: Path) -> tuple[list[RewardPair], list[RewardPair], dict[str, float]]:
+def _pairs(
+    cfg: RunConfig, run_dir: Path, console: Console, quiet: bool
+) -> tuple[list[RewardPair], list[RewardPair], dict[str, float]]:
     rm = cfg.rm
     if rm.pairs == "file":
         if not rm.path:
@@ -148,7 +150,7 @@ def _pairs(cfg: RunConfig, run_dir: Path) -> tuple[list[RewardPair], list[Reward
         raise RlvrError(
             "rm.path / rm.eval_path are read with rm.pairs=file; rm.pairs=sampled samples its own"
         )
-    train, held_out, counts = sample_pairs(cfg)
+    train, held_out, counts = sample_pairs(cfg, console, quiet)
     write_pairs(run_dir / "pairs.jsonl", train)
     write_pairs(run_dir / "eval_pairs.jsonl", held_out)
     return train, held_out, counts
@@ -209,7 +211,7 @@ def train_reward_model(cfg: RunConfig, console: Console, quiet: bool = False) ->
     torch.manual_seed(cfg.seed)
     if cfg.model.threads:
         torch.set_num_threads(cfg.model.threads)
-    train, held_out, counts = _pairs(cfg, run_dir)
+    train, held_out, counts = _pairs(cfg, run_dir, console, quiet)
     base = rm.base or cfg.model.name
     tokenizer = load_tokenizer(base)
     if tokenizer.pad_token_id is None:

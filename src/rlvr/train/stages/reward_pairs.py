@@ -22,6 +22,8 @@ from rlvr.data.example import Example
 from rlvr.errors import RlvrError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rlvr.config import RunConfig
     from rlvr.config.stages import RewardModelConfig
 
@@ -135,9 +137,14 @@ def group_pairs(
     return pairs, None
 
 
-def sample_pairs(cfg: RunConfig) -> tuple[list[RewardPair], list[RewardPair], dict[str, float]]:
+def sample_pairs(
+    cfg: RunConfig, console: Console | None = None, quiet: bool = True
+) -> tuple[list[RewardPair], list[RewardPair], dict[str, float]]:
     """Verifier-built training and held-out pairs (``rm.pairs=sampled``), and what sampling counted:
-    ``rm/groups``, ``rm/tied_groups``, ``rm/errored_groups``, ``rm/reward_errors``."""
+    ``rm/groups``, ``rm/tied_groups``, ``rm/errored_groups``, ``rm/reward_errors``. A progress bar
+    counts the prompts sampled unless ``quiet``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     from rlvr.collect.collector import Collector
     from rlvr.data.from_config import load_datasets
     from rlvr.models import load_model, load_tokenizer
@@ -146,6 +153,11 @@ def sample_pairs(cfg: RunConfig) -> tuple[list[RewardPair], list[RewardPair], di
     from rlvr.rollout.from_config import build_engine
 
     rm, r = cfg.rm, cfg.rollout
+    if cfg.env.name or cfg.data.source == "env":
+        raise RlvrError(
+            "rm.pairs=sampled samples single-turn completions and cannot play an environment's episodes "
+            f"(env.name={cfg.env.name}, data.source={cfg.data.source}); give pairs in a file (rm.pairs=file)"
+        )
     data = load_datasets(cfg.data)
     check_reward_examples(cfg.rewards, data.train)
     tokenizer = load_tokenizer(cfg.model.name)
@@ -156,6 +168,12 @@ def sample_pairs(cfg: RunConfig) -> tuple[list[RewardPair], list[RewardPair], di
     )
     counts = {"rm/groups": 0.0, "rm/tied_groups": 0.0, "rm/errored_groups": 0.0, "rm/reward_errors": 0.0}
     rng = random.Random(cfg.seed)
+
+    columns = (TextColumn("[bold]sample pairs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    bar = Progress(*columns, console=console, disable=quiet)
+    task = bar.add_task(
+        "sample", total=min(rm.prompts, len(data.train)) + min(rm.eval_prompts, len(data.held_out))
+    )
 
     def pairs_of(prompts: list, examples: list[Example], count: int) -> list[RewardPair]:
         out: list[RewardPair] = []
@@ -180,11 +198,13 @@ def sample_pairs(cfg: RunConfig) -> tuple[list[RewardPair], list[RewardPair], di
                 if why:
                     counts[f"rm/{'tied' if why == 'tie' else 'errored'}_groups"] += 1
                 out.extend(pairs)
+            bar.update(task, advance=len(part))
         return out
 
     try:
-        train = pairs_of(collector.train_prompts, collector.train_examples, rm.prompts)
-        held_out = pairs_of(collector.eval_prompts, collector.eval_examples, rm.eval_prompts)
+        with bar:
+            train = pairs_of(collector.train_prompts, collector.train_examples, rm.prompts)
+            held_out = pairs_of(collector.eval_prompts, collector.eval_examples, rm.eval_prompts)
     finally:
         collector.close()
     return train, held_out, counts

@@ -163,6 +163,11 @@ class TrajectoryGroup:
     # self-distillation: the prompt the teacher scores the sampled tokens under (the example's prompt
     # with privileged context; rlvr.train.stages.distill.TeacherPrompts); not part of the JSONL
     teacher_prompt_ids: list[int] | None = None
+    # a role game (rlvr.roles): which role sampled the group, the role's prompt text when it is not
+    # the example's, and the weight the learner multiplies into the group's advantages
+    role: str | None = None
+    role_prompt: str | None = None
+    loss_weight: float = 1.0
 
     def __len__(self) -> int:
         return len(self.trajectories)

@@ -152,6 +152,14 @@ class Collector:
         self.spread: Callable[[list, Callable[[list], list]], list] = run_here
         self._eval_turns = self._train_turns = 0.0  # model turns per episode, last eval / last step
         self.exploration = RolloutExploration(cfg, self.engine)  # rlvr.collect.exploration
+        self.roles = None  # a role game (roles.game): several roles of the policy per example
+        if cfg.roles.game:
+            from rlvr.roles.play import RolePlayer, check_roles
+
+            check_roles(cfg, any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)))
+            self.roles = RolePlayer(
+                cfg, engine, tokenizer, self.pool, context, context_from, self.correctness, self._set_reward
+            )
 
     # ----------------------------------------------------------------------------- state
     @property
@@ -198,7 +206,10 @@ class Collector:
 
     def sample_groups(self, indices: list[int]) -> list[TrajectoryGroup]:
         """``rollout.group_size`` scored trajectories for each training example in ``indices``:
-        one completion each, or one multi-turn episode each for examples routed to an environment."""
+        one completion each, or one multi-turn episode each for examples routed to an environment.
+        With a role game, every role's groups: the primary role's first, one per index."""
+        if self.roles is not None:
+            return self.roles.play(indices, self.train_examples, self.train_prompts)
         routed = [bool(self.env_of(self.train_examples[i])) for i in indices]
         single = iter(
             self._single_turn_groups([i for i, r in zip(indices, routed) if not r]) if not all(routed) else []
@@ -325,15 +336,28 @@ class Collector:
             from rlvr.data.mixture import source_metrics
 
             stats.update(source_metrics(seen, kept, self.train_examples, self.correctness))
-        return Collection(kept, seen, {**stats, **reward_metrics(seen, self.correctness)})
+        stats.update(reward_metrics(self.primary_groups(seen), self.correctness))
+        if self.roles is not None:
+            from rlvr.roles.play import role_metrics
+
+            stats.update(role_metrics(seen, "role/"))
+        return Collection(kept, seen, stats)
 
     def sample_round(self, count: int) -> list[TrajectoryGroup]:
         """``count`` prompts from the draw, sampled and scored (spread over the ranks), recorded in
         the prompt history at step ``self.round`` and shown to the draw."""
         batch = self.spread(self.draw.take(count), self.sample_groups)
-        self.history.record(batch, self.round, [self.train_examples[g.example_index].id for g in batch])
-        self.draw.observe(batch)
+        primary = self.primary_groups(batch)
+        self.history.record(primary, self.round, [self.train_examples[g.example_index].id for g in primary])
+        self.draw.observe(primary)
         return batch
+
+    def primary_groups(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """The groups that answer the examples' own prompts: all of them, or a role game's primary
+        role's (what the prompt history, the draw and the reward metrics read)."""
+        if self.roles is None:
+            return groups
+        return [g for g in groups if g.role == self.roles.primary]
 
     def _scored_groups(self, batch: list[TrajectoryGroup], counts: dict[str, float]) -> list[TrajectoryGroup]:
         """The groups the learner may get, with their scored members only.
@@ -399,13 +423,28 @@ class Collector:
         return metrics
 
     def sample_records(self, groups: list[TrajectoryGroup], step: int, limit: int) -> list[dict[str, Any]]:
-        """samples.jsonl rows (prompt text, completion, rewards, advantage) of the first ``limit``."""
+        """samples.jsonl rows (prompt text, completion, rewards, advantage) of the first ``limit``
+        (with a role game: of each role)."""
 
         def decode(ids: list[int]) -> str:
             return self.tokenizer.decode(ids, skip_special_tokens=False)
 
         tokens, group_by = self.cfg.log.tokens, self.cfg.eval.group_by
-        return list(sample_records(groups, self.train_examples, step, limit, decode, tokens, group_by))
+        if self.roles is None:
+            return list(sample_records(groups, self.train_examples, step, limit, decode, tokens, group_by))
+        return [  # a role game: up to ``limit`` of each role
+            row
+            for role in self.roles.game.roles
+            for row in sample_records(
+                [g for g in groups if g.role == role],
+                self.train_examples,
+                step,
+                limit,
+                decode,
+                tokens,
+                group_by,
+            )
+        ]
 
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(
@@ -456,8 +495,25 @@ class Collector:
                 self_certainty=wants_self_certainty(self.eval_pool),
                 scaling=scaling_plan(e, self.tokenizer, rollout_context(self.cfg, self.engine)[0]),
             )
+        if self.roles is not None and self.cfg.roles.eval_size:
+            metrics.update(self._evaluate_roles())
         self.eval_s = time.perf_counter() - began
         return metrics, records
+
+    def _evaluate_roles(self) -> dict[str, float]:
+        """Every role's rewards on the first ``roles.eval_size`` held-out examples, the game played
+        as in training from a fixed sampling seed (the training RNG is left as it was)."""
+        from rlvr.roles.play import role_metrics
+
+        generator = self.engine.generator
+        state = generator.get_state()
+        generator.manual_seed(self.cfg.seed + 7919)
+        try:
+            indices = list(range(min(self.cfg.roles.eval_size, len(self.eval_examples))))
+            groups = self.roles.play(indices, self.eval_examples, self.eval_prompts)
+        finally:
+            generator.set_state(state)
+        return role_metrics(groups, "eval/role/")
 
     @property
     def final_eval_s(self) -> float:
@@ -492,6 +548,8 @@ class Collector:
         return {**metrics, "time/model_s": s.model_s, "time/env_s": s.env_s}
 
     def close(self) -> None:
+        if self.roles is not None:
+            self.roles.close()
         for pool in (self.pool, self.eval_pool):
             if pool is not None:
                 pool.close()

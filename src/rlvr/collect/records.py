@@ -99,7 +99,8 @@ def sample_records(
             row = {
                 "step": step,
                 "example_id": example.id,
-                "prompt": example.question,
+                **({"role": g.role} if g.role is not None else {}),
+                "prompt": g.role_prompt if g.role_prompt is not None else example.question,
                 "reference": example.reference,
                 "completion": t.text,
                 "finish_reason": t.finish_reason,

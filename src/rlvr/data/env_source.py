@@ -10,6 +10,8 @@ Built in: ``search`` (questions about a generated corpus, split by question), an
 ``frozenlake``, ``guess_number`` and ``wordle``, whose examples carry a seed (training seeds even,
 held-out seeds odd) and whose boards or secrets are split too (:mod:`rlvr.envs.game_split`);
 ``data.task_config`` holds the game's options and travels with each example (``env_params``).
+``code_functions`` is single-turn (no environment): small Python function tasks with hidden tests
+for the ``code`` reward and the coder / test-writer game (:mod:`rlvr.data.code_functions`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ def _wordle(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     from rlvr.envs.wordle import wordle_examples
 
     return wordle_examples(count, seed, split, **config)
+
+
+@register_env_dataset("code_functions")
+def _code_functions(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.data.code_functions import code_function_examples
+
+    if config:
+        raise ValueError(f"code_functions takes no options (got {', '.join(config)})")
+    return code_function_examples(count, seed, split)
 
 
 def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:

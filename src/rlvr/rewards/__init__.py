@@ -11,7 +11,8 @@ Built-in rewards (see ``docs/rewards.md``): ``math``, ``choice``, ``exact_match`
 ``reasoning_gym``, ``verifier`` (routing), ``environment`` (an episode its environment scores),
 ``format``, ``think_format``, ``repetition_penalty``, ``cosine_length``, ``length_penalty``,
 ``overlong``, ``code`` (sandboxed), ``ifeval``, ``judge``, ``reward_model``,
-``reward_model_group``, ``majority_vote``, ``self_certainty``, ``confidence``.
+``reward_model_group``, ``majority_vote``, ``self_certainty``, ``confidence``; for role games
+``generated_tests``, ``test_discrimination``, ``verdict_agreement``.
 """
 
 from rlvr.rewards.extract import EXTRACT_MODES, extract_answer

@@ -89,28 +89,38 @@ def code_reward(
     meta = example.metadata
     tests = meta.get("tests", meta.get("test"))
     if isinstance(tests, str) and tests.strip():
-        prefix = code_prefix(example)
-        return _function_reward(code, tests, meta, prefix, limits, partial_credit, allow_unsafe_sandbox)
+        program, prelude = function_program(code, example)
+        return _function_reward(program, tests, meta, prelude, limits, partial_credit, allow_unsafe_sandbox)
     cases = _stdio_cases(example)
     return _stdio_reward(code, cases, limits, partial_credit, compare, allow_unsafe_sandbox)
+
+
+def function_program(code: str, example: Example) -> tuple[str, str]:
+    """The program the tests of a function task call, and the prelude they may use.
+
+    A body alone continues the example's prefix (:func:`code_prefix`); a whole function still
+    needs the prefix's imports and helpers (defined first, so the completion's own definitions
+    win). Without an entry point or a prefix: the code as it is, no prelude.
+    """
+    entry_point = example.metadata.get("entry_point")
+    prefix = code_prefix(example)
+    if not entry_point or not isinstance(prefix, str):
+        return code, ""
+    if _defines(code, entry_point):
+        return _without(prefix, entry_point) + code, prefix
+    return prefix + code, prefix
 
 
 def _function_reward(
     code: str,
     tests: str,
     meta: dict[str, Any],
-    prefix: str | None,
+    prelude: str,
     limits: sandbox.Limits,
     partial: bool,
     unsafe: bool,
 ) -> float:
     entry_point = meta.get("entry_point")
-    prelude = ""
-    if entry_point and isinstance(prefix, str):
-        # A body alone continues the prefix; a whole function still needs the prefix's imports and
-        # helpers (defined first, so the completion's own definitions win).
-        code = prefix + code if not _defines(code, entry_point) else _without(prefix, entry_point) + code
-        prelude = prefix
     result = sandbox.run_function_tests(
         code, tests, entry_point, limits, prelude=prelude, allow_unsafe=unsafe
     )

@@ -47,6 +47,7 @@ BUILTIN_MODULES = (
     "rlvr.rewards.judge",
     "rlvr.rewards.reward_model",
     "rlvr.rewards.process_reward",
+    "rlvr.rewards.role_rewards",
 )
 
 

@@ -296,6 +296,11 @@ class Learner:
             estimate = estimate_advantages(a.advantage, a.advantage_params, rewards, index, context)
             estimate.advantages = layout.expand(estimate.advantages)
             estimate.targets = {k: layout.expand(v) for k, v in estimate.targets.items()}
+        if any(g.loss_weight != 1.0 for g in groups):  # role games: each role's loss weight
+            weights = torch.tensor([g.loss_weight for g in groups for t in g.trajectories])
+            advantages = estimate.advantages
+            weights = (weights[:, None] if advantages.dim() == 2 else weights).to(advantages)
+            estimate.advantages = advantages * weights
         if cfg.stage == "distill":  # on-policy / self-distillation: the teacher's per-token advantages
             from rlvr.train.stages.distill import distill_advantages
 

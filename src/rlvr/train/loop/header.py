@@ -34,11 +34,32 @@ def run_header(cfg: RunConfig, data: Datasets) -> str:
         f"  prompt   {describe_prompt(cfg, data)}",
         f"  first    {first_prompt(data)}",
         f"  rewards  {describe_rewards(cfg.rewards.functions, cfg)}",
+        *([f"  roles    {describe_roles(cfg)}"] if cfg.roles.game else []),
         f"  method   {describe_method(cfg)}",
         *([f"  limits   {limits}"] if (limits := describe_limits(cfg)) else []),
         f"  eval     {describe_eval(cfg, data)}",
     ]
     return "[bold]rlvr train[/bold] " + escape("\n".join(lines))
+
+
+def describe_roles(cfg: RunConfig) -> str:
+    """The role game: each role with its group size, token limit, loss weight and rewards."""
+    from rlvr.roles.play import make_game
+
+    game = make_game(cfg, "")
+    r, parts = cfg.rollout, []
+    for role in game.roles:
+        s = cfg.roles.settings.get(role)
+        size = (s.group_size if s else None) or r.group_size
+        tokens = (s.max_new_tokens if s else None) or r.max_new_tokens
+        weight = s.weight if s else 1.0
+        if role == game.roles[0]:
+            rewards = "the rewards above"
+        else:
+            items = s.rewards if s and s.rewards is not None else game.default_rewards(role)
+            rewards = " + ".join(i["name"] if isinstance(i, dict) else i.name for i in items)
+        parts.append(f"{role} ({size} samples, ≤{tokens} tokens, loss weight {weight:g}, {rewards})")
+    return f"{cfg.roles.game}: " + "; ".join(parts) + " — one policy, shared weights"
 
 
 def _mapping(values: dict[str, Any]) -> str:

@@ -281,3 +281,14 @@ def step_lengths(completion, example, *, separator: str = "\n\n", scale: float =
     """Per-step rewards: each step's character count times ``scale`` (``extra`` steps too many: wrong)."""
     steps = completion.split(separator)
     return {"score": 0.0, "steps": [scale * len(s) for s in steps] + [0.0] * extra}
+
+
+def programs_seen(completion, example):
+    """A test writer's reward in the role-game tests: what the game told it about the coder."""
+    programs = example.metadata["programs"]
+    flags = example.metadata["programs_correct"]
+    return {
+        "score": len(completion) * 0.01,
+        "chars": float(sum(len(p) for p in programs)),
+        "n": float(len(flags)),
+    }

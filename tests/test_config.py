@@ -90,7 +90,11 @@ def test_the_default_job_resolves_exactly_as_before() -> None:
 def _flat(tree: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value and key not in ("params", "task_config", *PARAM_KEYS):
+        if (
+            isinstance(value, dict)
+            and value
+            and key not in ("params", "task_config", "settings", *PARAM_KEYS)
+        ):
             out.update(_flat(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value

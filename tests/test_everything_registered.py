@@ -124,6 +124,10 @@ ELSEWHERE = {
     "environment": "tests/test_envs_games_wiring.py",
     "process_reward_model": "tests/test_credit_steps.py",  # per-step rewards need step_returns or gae
     "generative_process_reward": "tests/test_credit_steps.py",  # per-step rewards need step_returns or gae
+    # cross-role rewards read what a role game puts in the metadata: run through the trainer there
+    "generated_tests": "tests/test_roles.py",
+    "test_discrimination": "tests/test_roles.py",
+    "verdict_agreement": "tests/test_roles.py",
 }
 
 
@@ -171,7 +175,7 @@ def needs_the_caller(name: str) -> bool:
     return is_group_reward(fn) or bool(set(inspect.signature(fn).parameters) & set(POOL_KWARGS))
 
 
-@pytest.mark.parametrize("name", [n for n in builtin_rewards() if needs_the_caller(n)])
+@pytest.mark.parametrize("name", [n for n in builtin_rewards() if needs_the_caller(n) and n not in ELSEWHERE])
 def test_rewards_that_need_the_caller_score_an_evaluation(name: str, tmp_path: Path, classifier: str) -> None:
     (item,) = [i for i in generated_rewards("u", classifier) if i["name"] == name]
     cfg = run_config(tmp_path, "eval", [item], "eval.samples=2", "eval.pass_k=[1,2]")

@@ -43,6 +43,7 @@ SAMPLE_KEYS = {
     "rewards": _MAPPING,
     "errors": _MAPPING,
     "group": _STRING,
+    "role": _STRING,
     "phase": _STRING,
     "token_text": _STRINGS,
     "token_logprobs": _NUMBERS,

@@ -29,6 +29,7 @@ SAMPLE_FIELDS = (
     "example_id",
     "id",
     "group",
+    "role",
     "prompt",
     "question",
     "reference",

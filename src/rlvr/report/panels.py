@@ -16,6 +16,7 @@ from typing import Any
 from rlvr.report.load import Run
 
 SKIPPED = "groups/skipped"  # derived: groups/sampled - groups/kept (errored or filtered out)
+_ROLE_COUNTS = ("/samples", "/unscored", "/mean_length")  # per-role counts: their own panels, under "other"
 _NOT_COMPONENTS = {"reward/mean", "reward/errors", "reward/kl", "reward/kl_penalty", "reward/shaped_mean"}
 _KL = re.compile(r"(^|/)kl($|[/_])")
 _CLIP = re.compile(r"clip.*frac|frac.*clip")
@@ -95,6 +96,17 @@ def discover(runs: list[Run]) -> list[Panel]:
         True,
     )
     e_used: set[str] = set()
+    # role games (rlvr.roles): each role's reward and components, in training and on held-out problems
+    roles = dict.fromkeys(k.split("/")[1] for k in [*t, *eval_keys] if re.match(r"(eval/)?role/[^/]+/", k))
+    for role in roles:
+        mine = _take(t, used, lambda k, r=role: k.startswith(f"role/{r}/") and not k.endswith(_ROLE_COUNTS))
+        add(f"role-{_slug(role)}", f"Role {role}: reward and components", "train", mine)
+        held = _take(
+            eval_keys,
+            e_used,
+            lambda k, r=role: k.startswith(f"eval/role/{r}/") and not k.endswith(_ROLE_COUNTS),
+        )
+        add(f"eval-role-{_slug(role)}", f"Role {role} on held-out problems (sampled)", "eval", held)
     add("eval-accuracy", "Held-out accuracy", "eval", _take(eval_keys, e_used, "eval/accuracy".__eq__), True)
     add(
         "eval-groups",

@@ -116,7 +116,7 @@ def generated_tests_reward(
 @register_group_reward(
     "test_discrimination", preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend
 )
-def test_discrimination_reward(
+def discrimination_reward(
     completions: list[str],
     example: Example,
     *,

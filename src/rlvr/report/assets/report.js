@@ -255,7 +255,7 @@
   function normalise(row, source) {
     const evalRow = source === "eval";
     return {
-      step: row.step, phase: row.phase, id: evalRow ? row.id : row.example_id, group: row.group,
+      step: row.step, phase: row.phase, id: evalRow ? row.id : row.example_id, group: row.group, role: row.role,
       prompt: evalRow ? row.question : row.prompt, reference: row.reference, completion: row.completion || "",
       reward: evalRow ? row.score : row.reward, rewards: row.rewards || {}, errors: row.errors || {},
       advantage: row.advantage, finish: row.finish_reason, correct: row.correct, conversation: row.conversation,
@@ -275,7 +275,7 @@
       if (lo !== null && !(isNum(r.reward) && r.reward >= lo)) return false;
       if (hi !== null && !(isNum(r.reward) && r.reward <= hi)) return false;
       if (state.errors && !Object.keys(r.errors).length) return false;
-      if (text && ![r.prompt, r.completion, r.reference, r.id].some((s) => String(s ?? "").toLowerCase().includes(text))) return false;
+      if (text && ![r.prompt, r.completion, r.reference, r.id, r.role].some((s) => String(s ?? "").toLowerCase().includes(text))) return false;
       return true;
     });
   }
@@ -323,6 +323,7 @@
     add("step", String(r.step ?? "–"));
     if (r.phase) add("eval", r.phase);
     if (r.group !== undefined && r.group !== "") add("group", String(r.group));
+    if (r.role) add("role", String(r.role));
     if (r.id) add("example", String(r.id));
     add(state.source === "eval" ? "score" : "reward", fmt(r.reward));
     if (r.correct !== undefined) meta.append(el("span", { class: r.correct ? "ok" : "bad", text: r.correct ? "correct" : "wrong" }));

@@ -14,8 +14,8 @@ from rlvr.errors import RlvrError
 from rlvr.log import read_jsonl
 from rlvr.rewards import sandbox
 from rlvr.rewards.role_rewards import (
-    generated_tests_reward,
     discrimination_reward,
+    generated_tests_reward,
     verdict_agreement_reward,
 )
 from rlvr.roles.base import RoleGroup, RolePrompt, fill
@@ -168,6 +168,7 @@ def test_code_functions_splits_are_disjoint_and_the_references_pass_their_tests(
         exec(example.reference + example.metadata["tests"], namespace)
 
 
+PROBE = "{name: 'reward_fixtures:programs_seen', label: programs_seen}"
 ROLE_RUN = [
     *TINY_RUN,
     "data.source=env",
@@ -179,7 +180,7 @@ ROLE_RUN = [
     "data.eval_size=2",
     "train.log_samples=-1",
     "algo.dynamic_sampling=false",
-    "roles.settings={tester: {group_size: 3, max_new_tokens: 6, rewards: [{name: 'reward_fixtures:programs_seen', label: programs_seen}]}}",
+    "roles.settings={tester: {group_size: 3, max_new_tokens: 6, rewards: [%s]}}" % PROBE,
 ]
 
 
@@ -208,7 +209,9 @@ def test_a_role_run_keeps_each_roles_prompts_rewards_and_metrics_apart(tmp_path)
 
 
 def test_a_roles_loss_weight_scales_its_advantages_and_zero_leaves_it_untrained(tmp_path) -> None:
-    weighted = "roles.settings={tester: {group_size: 3, max_new_tokens: 6, weight: %s, rewards: [{name: 'reward_fixtures:programs_seen', label: programs_seen}]}}"
+    weighted = (
+        "roles.settings={tester: {group_size: 3, max_new_tokens: 6, weight: %s, rewards: [" + PROBE + "]}}"
+    )
     advantages = {}
     for weight in ("0.0", "1.0"):
         overrides = [

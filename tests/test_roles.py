@@ -180,7 +180,7 @@ ROLE_RUN = [
     "data.eval_size=2",
     "train.log_samples=-1",
     "algo.dynamic_sampling=false",
-    "roles.settings={tester: {group_size: 3, max_new_tokens: 6, rewards: [%s]}}" % PROBE,
+    "roles.settings={tester: {group_size: 3, max_new_tokens: 6, rewards: [" + PROBE + "]}}",
 ]
 
 

@@ -295,3 +295,26 @@ def test_the_games_own_rewards_score_a_training_step(recipe: str, tmp_path) -> N
             for r in rows
             if r["role"] == "coder"
         )
+
+
+def test_a_role_run_resumes_exactly(tmp_path) -> None:
+    steps = [
+        *ROLE_RUN,
+        "data.eval_size=0",
+        "train.steps=3",
+        "train.save_every=1",
+        "optim.lr=1e-3",
+        f"output_dir={tmp_path}",
+    ]
+    api.train(api.load_config("grpo", [*steps, "name=full"]), quiet=True)
+    api.train(api.load_config("grpo", [*steps, "name=cut", "train.time_limit_s=0.001"]), quiet=True)
+    api.train(api.load_config("grpo", [*steps, "name=cut"]), resume=True, quiet=True)
+
+    def rows(name: str) -> dict[int, dict]:
+        return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
+
+    full, resumed = rows("full"), rows("cut")
+    assert sorted(resumed) == [1, 2, 3]
+    for step in (2, 3):
+        for key in ("role/coder/reward", "role/tester/reward", "role/tester/mean_length", "update/loss"):
+            assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)

@@ -89,9 +89,14 @@ def _strings(example: Example, key: str) -> list[str]:
     return values
 
 
-@register_group_reward(
-    "generated_tests", preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend
-)
+def _sandboxed_group_reward(name: str):  # noqa: ANN202 - a decorator
+    """Register a group reward that runs model-written code in the sandbox (probed at start)."""
+    return register_group_reward(
+        name, preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend
+    )
+
+
+@_sandboxed_group_reward("generated_tests")
 def generated_tests_reward(
     completions: list[str],
     example: Example,
@@ -113,9 +118,7 @@ def generated_tests_reward(
     return scores
 
 
-@register_group_reward(
-    "test_discrimination", preload=("rlvr.rewards.sandbox",), check=_decide_backend, setup=_decide_backend
-)
+@_sandboxed_group_reward("test_discrimination")
 def discrimination_reward(
     completions: list[str],
     example: Example,

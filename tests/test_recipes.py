@@ -28,7 +28,7 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"
 
 # preset -> the keyword its estimator or loss needs that the trainer does not pass yet (none today)
 UNWIRED: dict[str, str] = {}
-NEEDS_BWRAP = {"python_tool"}  # its environment refuses to start without the bubblewrap sandbox
+NEEDS_BWRAP = {"python_tool", "coder_tester"}  # they refuse to run model-written code without bubblewrap
 
 TINY = [*(o for o in TINY_RUN if not o.startswith("rewards.functions=")), "train.steps=2"]
 LENGTH = RewardItem(name="reward_fixtures:scaled_len", label="length", params={"scale": 0.01})

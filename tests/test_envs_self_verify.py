@@ -73,3 +73,15 @@ def test_a_self_verify_run_logs_both_turns_and_the_outcomes(tmp_path) -> None:
     assert all(VERIFY_PROMPT in str(r["conversation"]) for r in rows if not r.get("errors"))
     metrics = [r for r in read_jsonl(tmp_path / "sv" / "metrics.jsonl") if r["phase"] == "train"]
     assert all("reward/env/verdict_agrees" in r for r in metrics), sorted(metrics[0])
+
+
+def test_the_recipes_episode_budget_leaves_the_second_turn_its_tokens() -> None:
+    """env.max_tokens counts the whole response ledger (both turns, the check request, the turn
+    markers); at 96 the bundled model's second turn got one token and no verdict was ever given."""
+    from rlvr.models.loading import load_tokenizer
+
+    cfg = api.load_config("self_verify")
+    tokenizer = load_tokenizer(cfg.model.name)
+    request = len(tokenizer(VERIFY_PROMPT)["input_ids"])
+    markers = 16  # the end of turn 1, the user turn's and the assistant turn's markers
+    assert cfg.env.max_tokens >= 2 * cfg.rollout.max_new_tokens + request + markers

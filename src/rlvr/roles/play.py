@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.config import RunConfig
+from rlvr.config.rewards import RewardItem
 from rlvr.config.roles import RoleSettings
 from rlvr.data import Example
 from rlvr.data.prompts import demonstration_turns, insert_demonstrations
@@ -94,7 +95,7 @@ class RolePlayer:
                 except ValueError as err:
                     raise RlvrError(str(err)) from err
             items = s.rewards if s.rewards is not None else game.default_rewards(role)
-            functions = [item if not isinstance(item, dict) else _reward_item(item) for item in items]
+            functions = [RewardItem(**item) if isinstance(item, dict) else item for item in items]
             try:
                 self.pools[role] = training_pool(cfg.rewards.model_copy(update={"functions": functions}))
             except (RlvrError, ValueError) as err:
@@ -198,12 +199,6 @@ class RolePlayer:
         for role, pool in self.pools.items():
             if role != self.primary:  # the collector closes its own
                 pool.close()
-
-
-def _reward_item(item: dict[str, Any]) -> Any:
-    from rlvr.config.rewards import RewardItem
-
-    return RewardItem(**item)
 
 
 def role_metrics(groups: Sequence[TrajectoryGroup], prefix: str) -> dict[str, float]:

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import torch
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "token-sum",
+)
 
 
 def token_weights(mask: torch.Tensor, mode: str, max_tokens: int | None = None) -> torch.Tensor:
@@ -20,6 +26,9 @@ def token_weights(mask: torch.Tensor, mode: str, max_tokens: int | None = None) 
     - ``seq-mean-token-sum``: sum over each sequence's tokens, mean over sequences.
     - ``seq-mean-token-sum-norm``: token sum divided by a constant ``max_tokens`` (Dr.GRPO): no
       per-sequence length normalisation, so no length bias.
+    - ``token-sum``: the plain sum over every valid token of the batch (Tinker's convention: its
+      losses are sums, and the caller scales advantages or weights). The gradient grows with the
+      batch, so the learning rate must be chosen for the batch size.
     """
     mask = mask.to(torch.float32)
     num_seqs = max(mask.shape[0], 1)
@@ -33,4 +42,6 @@ def token_weights(mask: torch.Tensor, mode: str, max_tokens: int | None = None) 
         if not max_tokens:
             raise ValueError("seq-mean-token-sum-norm needs max_tokens")
         return mask / (num_seqs * max_tokens)
+    if mode == "token-sum":
+        return mask
     raise ValueError(f"unknown loss aggregation '{mode}'; allowed: {', '.join(AGGREGATIONS)}")

@@ -127,6 +127,24 @@ def reinforce_loss(
     return -per_token(advantages) * logprobs, {}
 
 
+@POLICY_LOSSES.register("importance_sampling")
+def importance_sampling_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Unclipped importance-weighted policy gradient ``−(π/π_old) · A``.
+
+    Its gradient is ``−(π/π_old) · A · ∇log π``: REINFORCE reweighted by the ratio to the policy
+    that ``old_logprobs`` came from, with no trust region. Tinker's ``importance_sampling`` loss is
+    this with the *sampler's* logprobs as ``π_old`` (``rlvr serve`` passes them); in rlvr's own
+    trainer, on-policy, ``π_old`` is the trainer's policy before the update and the gradient is
+    REINFORCE's.
+    """
+    ratio = torch.exp(log_ratio(logprobs, old_logprobs))
+    with torch.no_grad():
+        stats = ratio_stats(ratio, mask)
+    return -ratio * per_token(advantages), stats
+
+
 @POLICY_LOSSES.register("cispo")
 def cispo_loss(
     logprobs: torch.Tensor,

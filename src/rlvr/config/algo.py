@@ -77,7 +77,7 @@ class AlgoConfig(Section):
         default_factory=dict, description="Extra keyword arguments of the loss."
     )
     loss_agg: Literal[
-        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"
     ] = Field("token-mean", description="How per-token losses become one number.")
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of KL(policy‖reference); 0 skips the reference model."

@@ -1,0 +1,395 @@
+"""The state behind ``rlvr serve``: sessions, training models, sampling sessions and futures.
+
+Every long operation (creating a model, forward/backward, an optimizer step, saving, loading,
+sampling) is queued and answered with a future, as the Tinker protocol has it. One worker thread
+runs the queue in arrival order: the SDK posts a training client's requests in its sequence order,
+so forward/backward → optim_step order holds per client, and compute never runs twice at once on
+the CPU. Sample requests that wait together for the same weights and parameters run as one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.serve import checkpoints as ckpt
+from rlvr.serve.sampling import BASE, SampleSpec, Sampler
+from rlvr.serve.training import AdamParams, TrainedModel
+from rlvr.serve.wire import WireError, decode_forward_backward, encode_forward_backward_output
+from rlvr.serve.wire import encode_sample_response, prompt_tokens
+
+log = logging.getLogger("rlvr.serve")
+
+
+@dataclass
+class ServeSettings:
+    model: str = "smollm2-135m-instruct"
+    root: Path = Path("runs/serve")
+    full: bool = False  # train every weight, whatever LoRA rank a client asks for
+    lora_alpha: float = 32.0
+    max_models: int = 4
+    max_snapshots: int = 3
+    max_request_tokens: int = 1_000_000
+    max_new_tokens: int = 2048
+    max_samples: int = 256
+    micro_batch: int = 8
+    seed: int = 0
+
+
+@dataclass
+class Future:
+    request_id: str
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | bytes | None = None  # JSON, or a protobuf message's bytes
+    error: dict[str, str] | None = None
+
+
+@dataclass
+class Task:
+    future: Future
+    run: Callable[[], dict[str, Any] | bytes]
+    batch_key: Any = None  # sample tasks with equal keys run together
+    sample: tuple[str, list[int], SampleSpec, bool] | None = None
+
+
+class Service:
+    def __init__(self, settings: ServeSettings) -> None:
+        from rlvr.models.loading import load_model, load_tokenizer, resolve_model_path
+
+        self.settings = settings
+        self.path = resolve_model_path(settings.model)
+        self.names = {settings.model, self.path}
+        self.tokenizer = load_tokenizer(self.path)
+        self._load_model = lambda: load_model(self.path)
+        self.sampler = Sampler(self._load_model(), self.tokenizer, settings.max_snapshots, settings.seed)
+        self.sessions: dict[str, float] = {}
+        self.models: dict[str, TrainedModel] = {}
+        self.model_sessions: dict[str, str] = {}
+        self.sampling: dict[str, str] = {}  # sampling session id → snapshot id (or a sampler dir)
+        self.futures: dict[str, Future] = {}
+        self.queue: deque[Task] = deque()
+        self.cond = threading.Condition()
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.worker = threading.Thread(target=self._work, name="rlvr-serve-worker", daemon=True)
+        self.worker.start()
+
+    # ---- sessions and lookups (answered at once) ----
+    def create_session(self) -> str:
+        session_id = f"s{uuid.uuid4().hex[:12]}"
+        with self.lock:
+            self.sessions[session_id] = time.time()
+        return session_id
+
+    def finish_session(self, session_id: str) -> None:
+        with self.lock:
+            self.sessions.pop(session_id, None)
+            for model_id in [m for m, s in self.model_sessions.items() if s == session_id]:
+                self.model_sessions.pop(model_id)
+                self.models.pop(model_id, None)
+
+    def model(self, model_id: Any) -> TrainedModel:
+        with self.lock:
+            found = self.models.get(model_id) if isinstance(model_id, str) else None
+        if found is None:
+            raise WireError(f"no training model {model_id!r} on this server")
+        return found
+
+    def check_base(self, base_model: Any) -> None:
+        if base_model is not None and base_model not in self.names:
+            raise WireError(
+                f"base_model {base_model!r} is not served here: this server serves {self.path} "
+                f"(start rlvr serve --model NAME for another)"
+            )
+
+    def info(self, model_id: Any) -> dict[str, Any]:
+        model = self.model(model_id)
+        arch = type(self.sampler.model).__name__
+        return {
+            "type": "get_info",
+            "model_id": model.model_id,
+            "model_data": {"arch": arch, "model_name": self.path, "tokenizer_id": self.path},
+            "is_lora": model.lora_rank > 0,
+            "lora_rank": model.lora_rank or None,
+            "model_name": self.path,
+        }
+
+    def sampler_info(self, sampling_session_id: str) -> dict[str, Any]:
+        with self.lock:
+            snapshot = self.sampling.get(sampling_session_id)
+        if snapshot is None:
+            raise WireError(f"no sampling session {sampling_session_id!r}")
+        info = {"sampler_id": sampling_session_id, "base_model": self.path}
+        return {**info, "model_path": snapshot} if snapshot.startswith("tinker://") else info
+
+    def create_sampling_session(self, body: dict[str, Any]) -> str:
+        path = body.get("model_path")
+        if path is not None:
+            ckpt.resolve(self.settings.root, path, "sampler_weights")
+            snapshot = path
+        else:
+            self.check_base(body.get("base_model"))
+            snapshot = BASE
+        return self._new_sampling_session(snapshot)
+
+    def _new_sampling_session(self, snapshot: str) -> str:
+        sampling_id = f"p{uuid.uuid4().hex[:12]}"
+        with self.lock:
+            self.sampling[sampling_id] = snapshot
+        return sampling_id
+
+    # ---- futures ----
+    def submit(self, run: Callable[[], dict[str, Any] | bytes], **kw: Any) -> Future:
+        future = Future(f"r{uuid.uuid4().hex}")
+        with self.lock:
+            self.futures[future.request_id] = future
+        with self.cond:
+            self.queue.append(Task(future, run, **kw))
+            self.cond.notify()
+        return future
+
+    def wait(self, request_id: Any, timeout: float) -> Future | None:
+        with self.lock:
+            future = self.futures.get(request_id) if isinstance(request_id, str) else None
+        if future is None:
+            raise WireError(f"no request {request_id!r} on this server")
+        if not future.done.wait(timeout):
+            return None
+        with self.lock:
+            self.futures.pop(future.request_id, None)
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping:
+                    self.cond.wait()
+                if self.stopping:
+                    return
+                task = self.queue.popleft()
+                batch = [task]
+                if task.batch_key is not None:  # the sample requests waiting for the same weights
+                    rest = [t for t in self.queue if t.batch_key == task.batch_key]
+                    for other in rest:
+                        self.queue.remove(other)
+                    batch += rest
+            if len(batch) > 1 or task.sample is not None:
+                self._run_samples(batch)
+            else:
+                self._finish(task.future, task.run)
+
+    @staticmethod
+    def _finish(future: Future, run: Callable[[], dict[str, Any] | bytes]) -> None:
+        try:
+            future.result = run()
+        except WireError as err:
+            future.error = {"error": str(err), "category": "user"}
+        except Exception as err:  # a bug or resource failure: the client sees it, the server lives
+            log.error("request %s failed:\n%s", future.request_id, traceback.format_exc())
+            future.error = {"error": f"internal error: {type(err).__name__}: {err}", "category": "server"}
+        future.done.set()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    # ---- training ----
+    def create_model(self, body: dict[str, Any]) -> Future:
+        self.check_base(body.get("base_model"))
+        session_id, seq = body.get("session_id"), body.get("model_seq_id")
+        model_id = self._new_model_id(session_id, seq)
+        lora = body.get("lora_config") or {}
+        if not isinstance(lora, dict):
+            raise WireError("create_model: lora_config must be an object")
+
+        def build() -> dict[str, Any]:
+            self._build(model_id, session_id, lora)
+            return {"model_id": model_id, "type": "create_model"}
+
+        return self.submit(build)
+
+    def _new_model_id(self, session_id: Any, seq: Any) -> str:
+        with self.lock:
+            if session_id not in self.sessions:
+                raise WireError(f"no session {session_id!r} on this server")
+            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+                raise WireError(f"model_seq_id must be a non-negative integer, got {seq!r}")
+            model_id = f"{session_id}:train:{seq}"
+            if model_id in self.models:
+                raise WireError(f"model {model_id} exists")
+            if len(self.models) >= self.settings.max_models:
+                raise WireError(
+                    f"this server holds {self.settings.max_models} training models already "
+                    "(rlvr serve --max-models; a finished session frees its models)"
+                )
+        return model_id
+
+    def _build(self, model_id: str, session_id: str, lora: dict[str, Any]) -> TrainedModel:
+        from rlvr.config.schema import LoraConfig
+        from rlvr.models.lora import apply_lora
+
+        rank = 0 if self.settings.full else lora.get("rank", 32)
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= 1024:
+            raise WireError(f"lora_config.rank must be an integer from 1 to 1024, got {rank!r}")
+        policy = self._load_model()
+        if rank > 0:
+            targets = []
+            if lora.get("train_attn", True):
+                targets += ["q_proj", "k_proj", "v_proj", "o_proj"]
+            if lora.get("train_mlp", True):
+                targets += ["gate_proj", "up_proj", "down_proj"]
+            tied = getattr(policy.config, "tie_word_embeddings", False)
+            if lora.get("train_unembed", True) and not tied:  # a tied head shares the embedding's weight
+                targets.append("lm_head")
+            if not targets:
+                raise WireError("lora_config trains nothing (train_attn, train_mlp and train_unembed are all off)")
+            seed = lora.get("seed")
+            torch.manual_seed(seed if isinstance(seed, int) and not isinstance(seed, bool) else self.settings.seed)
+            policy = apply_lora(policy, LoraConfig(r=rank, alpha=self.settings.lora_alpha, target_modules=targets))
+        model = TrainedModel(model_id, policy, rank, self.settings.micro_batch)
+        with self.lock:
+            self.models[model_id] = model
+            self.model_sessions[model_id] = session_id
+        return model
+
+    def forward_backward(self, body: bytes, forward_only: bool | None = None) -> Future:
+        fb = decode_forward_backward(body, self.settings.max_request_tokens)
+        if forward_only is not None:
+            fb.forward_only = forward_only
+        model = self.model(fb.model_id)
+
+        def run() -> bytes:
+            outputs, metrics = model.forward_backward(fb)
+            return encode_forward_backward_output(outputs, metrics, fb.loss_fn)
+
+        return self.submit(run)
+
+    def optim_step(self, body: dict[str, Any]) -> Future:
+        model = self.model(body.get("model_id"))
+        adam = AdamParams.from_json(body.get("adam_params", {}))
+        if body.get("optimizer_params") is not None:
+            raise WireError("optim_step: only AdamW (adam_params) is supported by rlvr serve")
+        return self.submit(lambda: {"metrics": model.optim_step(adam), "type": "optim_step"})
+
+    def _meta(self, model: TrainedModel) -> dict[str, Any]:
+        return {"base_model": self.path, "lora_rank": model.lora_rank, "lora_alpha": self.settings.lora_alpha,
+                "model_id": model.model_id, "steps": model.steps}
+
+    def save_weights(self, body: dict[str, Any]) -> Future:
+        model = self.model(body.get("model_id"))
+        run, name = ckpt.run_name(model.model_id), ckpt.plain(body.get("path"), "save_weights: path")
+        overwrite = bool(body.get("overwrite", False))
+
+        def save() -> dict[str, Any]:
+            directory = ckpt.fresh_dir(self.settings.root, run, "weights", name, overwrite)
+            ckpt.save_state(directory, model.policy, model.optimizer, self._meta(model))
+            return {"path": ckpt.tinker_path(run, "weights", name), "type": "save_weights"}
+
+        return self.submit(save)
+
+    def save_for_sampler(self, body: dict[str, Any]) -> Future:
+        from rlvr.models.lora import merged_weights
+
+        model = self.model(body.get("model_id"))
+        run, name = ckpt.run_name(model.model_id), body.get("path")
+        if name is not None:
+            ckpt.plain(name, "save_weights_for_sampler: path")
+
+        def save() -> dict[str, Any]:
+            snapshot = f"{run}/{model.steps}/{uuid.uuid4().hex[:8]}"
+            self.sampler.add(snapshot, merged_weights(model.policy))
+            if name is None:
+                return {"sampling_session_id": self._new_sampling_session(snapshot)}
+            directory = ckpt.fresh_dir(self.settings.root, run, "sampler_weights", name, True)
+            self.sampler.load(snapshot)
+            ckpt.save_sampler(directory, self.sampler.model, self.tokenizer, self._meta(model))
+            return {"path": ckpt.tinker_path(run, "sampler_weights", name), "type": "save_weights_for_sampler"}
+
+        return self.submit(save)
+
+    def load_weights(self, body: dict[str, Any]) -> Future:
+        kind, directory = ckpt.resolve(self.settings.root, body.get("path"), "weights")
+        with_optimizer = bool(body.get("optimizer", False))
+        meta = ckpt.read_meta(directory)
+        if body.get("model_id") is not None:
+            model_id, create = self.model(body["model_id"]).model_id, None
+        else:  # a new training client from the checkpoint
+            self.check_base(body.get("base_model"))
+            session_id = body.get("session_id")
+            model_id = self._new_model_id(session_id, body.get("model_seq_id"))
+            rank = meta.get("lora_rank", 0)
+            create = (session_id, {"rank": rank} if rank else {})
+            if bool(rank) == self.settings.full:
+                raise WireError(f"{body['path']} was trained {'with LoRA' if rank else 'in full'}; "
+                                f"this server trains {'in full' if self.settings.full else 'LoRA adapters'}")
+
+        def load() -> dict[str, Any]:
+            model = self._build(model_id, *create) if create is not None else self.model(model_id)
+            if with_optimizer:
+                model.ensure_optimizer()
+            ckpt.load_state(directory, model.policy, model.optimizer if with_optimizer else None)
+            model.steps = int(meta.get("steps", 0))
+            return {"path": body["path"], "model_id": model_id, "type": "load_weights"}
+
+        return self.submit(load)
+
+    # ---- sampling ----
+    def sample(self, body: dict[str, Any]) -> tuple[Future, int]:
+        spec = SampleSpec.from_request(body, self.settings.max_new_tokens, self.settings.max_samples)
+        prompt = prompt_tokens(body.get("prompt"), self.settings.max_request_tokens)
+        vocab = self.sampler.model.get_output_embeddings().weight.shape[0]
+        if not prompt or min(prompt) < 0 or max(prompt) >= vocab:
+            raise WireError(f"sample: the prompt is empty or has a token id outside [0, {vocab})")
+        with self.lock:
+            snapshot = self.sampling.get(body.get("sampling_session_id"))
+        if snapshot is None:
+            path = body.get("model_path")
+            if path is not None:
+                snapshot = ckpt.resolve(self.settings.root, path, "sampler_weights") and path
+            else:
+                self.check_base(body.get("base_model"))
+                if body.get("base_model") is None:
+                    raise WireError(f"sample: no sampling session {body.get('sampling_session_id')!r}")
+                snapshot = BASE
+        with_prompt = bool(body.get("prompt_logprobs", False))
+        key = None if spec.seed is not None or with_prompt else (snapshot, spec)
+        future = self.submit(lambda: b"", batch_key=key, sample=(snapshot, prompt, spec, with_prompt))
+        return future, spec.num_samples
+
+    def _snapshot(self, snapshot: str) -> str:
+        """A disk sampler checkpoint is loaded into memory on first use."""
+        if snapshot == BASE or not snapshot.startswith("tinker://") or snapshot in self.sampler.snapshots:
+            return snapshot
+        _, directory = ckpt.resolve(self.settings.root, snapshot, "sampler_weights")
+        names = list(self.sampler.base)
+        self.sampler.add(snapshot, ckpt.load_sampler_weights(directory, names))
+        return snapshot
+
+    def _run_samples(self, batch: list[Task]) -> None:
+        snapshot, _, spec, with_prompt = batch[0].sample  # type: ignore[misc]
+
+        def run_all() -> None:
+            snap = self._snapshot(snapshot)
+            prompts = [t.sample[1] for t in batch]  # type: ignore[index]
+            groups = self.sampler.sample(snap, prompts, spec)
+            logprobs = self.sampler.prompt_logprobs(snap, prompts[0]) if with_prompt else None
+            for task, group in zip(batch, groups):
+                task.future.result = encode_sample_response(group, logprobs)
+
+        holder = Future("batch")
+        self._finish(holder, lambda: run_all() or b"")
+        for task in batch:
+            if holder.error is not None:
+                task.future.error = holder.error
+            task.future.done.set()

@@ -31,7 +31,9 @@ def run_name(model_id: str) -> str:
 
 def plain(name: Any, what: str) -> str:
     if not isinstance(name, str) or not _PLAIN.match(name) or ".." in name:
-        raise WireError(f"{what} must be a plain name (letters, digits, '.', '_', '-'; up to 128), got {name!r}")
+        raise WireError(
+            f"{what} must be a plain name (letters, digits, '.', '_', '-'; up to 128), got {name!r}"
+        )
     return name
 
 
@@ -45,7 +47,9 @@ def resolve(root: Path, path: Any, kind: str | None = None) -> tuple[str, Path]:
         raise WireError(f"checkpoint path must look like tinker://<run>/<kind>/<name>, got {path!r}")
     parts = path[len("tinker://") :].split("/")
     if len(parts) != 3 or parts[1] not in KINDS:
-        raise WireError(f"checkpoint path must look like tinker://<run>/{'|'.join(KINDS)}/<name>, got {path!r}")
+        raise WireError(
+            f"checkpoint path must look like tinker://<run>/{'|'.join(KINDS)}/<name>, got {path!r}"
+        )
     run, found, name = plain(parts[0], "the path's run"), parts[1], plain(parts[2], "the path's name")
     if kind is not None and found != kind:
         raise WireError(f"{path}: expected a {kind}/ checkpoint")

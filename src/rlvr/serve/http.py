@@ -81,7 +81,9 @@ class TinkerHandler(BaseHTTPRequestHandler):
                 return self._json({"status": "ok"})
             if path == f"{PREFIX}/get_server_capabilities":
                 name = self.server.service.path
-                return self._json({"supported_models": [{"model_name": name, "trainable": True, "sampleable": True}]})
+                return self._json(
+                    {"supported_models": [{"model_name": name, "trainable": True, "sampleable": True}]}
+                )
             match = re.fullmatch(rf"{PREFIX}/samplers/([^/]+)", path)
             if match:
                 return self._json(self.server.service.sampler_info(match.group(1)))
@@ -96,7 +98,9 @@ class TinkerHandler(BaseHTTPRequestHandler):
         route = path[len(PREFIX) + 1 :] if path.startswith(PREFIX + "/") else None
         try:
             if route in ("forward_backward", "forward"):
-                future = self.server.service.forward_backward(self._body(MAX_PROTO_BYTES), route == "forward" or None)
+                future = self.server.service.forward_backward(
+                    self._body(MAX_PROTO_BYTES), route == "forward" or None
+                )
                 return self._json({"request_id": future.request_id})
             raw = self._body(MAX_JSON_BYTES)
             body = loads_json(raw.decode("utf-8"), f"{route} request") if raw else {}
@@ -161,7 +165,11 @@ class TinkerServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], service: Service, api_key: str | None = None, poll_seconds: float = POLL_SECONDS
+        self,
+        address: tuple[str, int],
+        service: Service,
+        api_key: str | None = None,
+        poll_seconds: float = POLL_SECONDS,
     ) -> None:
         super().__init__(address, TinkerHandler)
         self.service = service

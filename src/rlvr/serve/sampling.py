@@ -47,7 +47,9 @@ class SampleSpec:
         max_tokens = params.get("max_tokens")
         max_tokens = max_new_tokens if max_tokens is None else max_tokens
         if not isinstance(max_tokens, int) or not 1 <= max_tokens <= max_new_tokens:
-            raise WireError(f"sample: max_tokens must be an integer from 1 to {max_new_tokens}, got {max_tokens!r}")
+            raise WireError(
+                f"sample: max_tokens must be an integer from 1 to {max_new_tokens}, got {max_tokens!r}"
+            )
         temperature, top_p = params.get("temperature", 1.0), params.get("top_p", 1.0)
         for key, value in (("temperature", temperature), ("top_p", top_p)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -152,7 +154,8 @@ class Sampler:
         finally:
             engine.generator, engine.stop_token_ids = saved, self.default_stop
         return [
-            [Sequence(c.token_ids, c.logprobs, c.finish_reason != "length") for c in group] for group in groups
+            [Sequence(c.token_ids, c.logprobs, c.finish_reason != "length") for c in group]
+            for group in groups
         ]
 
     @torch.no_grad()

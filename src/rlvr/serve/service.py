@@ -23,10 +23,15 @@ from typing import Any
 import torch
 
 from rlvr.serve import checkpoints as ckpt
-from rlvr.serve.sampling import BASE, SampleSpec, Sampler
+from rlvr.serve.sampling import BASE, Sampler, SampleSpec
 from rlvr.serve.training import AdamParams, TrainedModel
-from rlvr.serve.wire import WireError, decode_forward_backward, encode_forward_backward_output
-from rlvr.serve.wire import encode_sample_response, prompt_tokens
+from rlvr.serve.wire import (
+    WireError,
+    decode_forward_backward,
+    encode_forward_backward_output,
+    encode_sample_response,
+    prompt_tokens,
+)
 
 log = logging.getLogger("rlvr.serve")
 
@@ -253,10 +258,16 @@ class Service:
             if lora.get("train_unembed", True) and not tied:  # a tied head shares the embedding's weight
                 targets.append("lm_head")
             if not targets:
-                raise WireError("lora_config trains nothing (train_attn, train_mlp and train_unembed are all off)")
+                raise WireError(
+                    "lora_config trains nothing (train_attn, train_mlp and train_unembed are all off)"
+                )
             seed = lora.get("seed")
-            torch.manual_seed(seed if isinstance(seed, int) and not isinstance(seed, bool) else self.settings.seed)
-            policy = apply_lora(policy, LoraConfig(r=rank, alpha=self.settings.lora_alpha, target_modules=targets))
+            torch.manual_seed(
+                seed if isinstance(seed, int) and not isinstance(seed, bool) else self.settings.seed
+            )
+            policy = apply_lora(
+                policy, LoraConfig(r=rank, alpha=self.settings.lora_alpha, target_modules=targets)
+            )
         model = TrainedModel(model_id, policy, rank, self.settings.micro_batch)
         with self.lock:
             self.models[model_id] = model
@@ -283,8 +294,13 @@ class Service:
         return self.submit(lambda: {"metrics": model.optim_step(adam), "type": "optim_step"})
 
     def _meta(self, model: TrainedModel) -> dict[str, Any]:
-        return {"base_model": self.path, "lora_rank": model.lora_rank, "lora_alpha": self.settings.lora_alpha,
-                "model_id": model.model_id, "steps": model.steps}
+        return {
+            "base_model": self.path,
+            "lora_rank": model.lora_rank,
+            "lora_alpha": self.settings.lora_alpha,
+            "model_id": model.model_id,
+            "steps": model.steps,
+        }
 
     def save_weights(self, body: dict[str, Any]) -> Future:
         model = self.model(body.get("model_id"))
@@ -314,7 +330,10 @@ class Service:
             directory = ckpt.fresh_dir(self.settings.root, run, "sampler_weights", name, True)
             self.sampler.load(snapshot)
             ckpt.save_sampler(directory, self.sampler.model, self.tokenizer, self._meta(model))
-            return {"path": ckpt.tinker_path(run, "sampler_weights", name), "type": "save_weights_for_sampler"}
+            return {
+                "path": ckpt.tinker_path(run, "sampler_weights", name),
+                "type": "save_weights_for_sampler",
+            }
 
         return self.submit(save)
 
@@ -331,8 +350,10 @@ class Service:
             rank = meta.get("lora_rank", 0)
             create = (session_id, {"rank": rank} if rank else {})
             if bool(rank) == self.settings.full:
-                raise WireError(f"{body['path']} was trained {'with LoRA' if rank else 'in full'}; "
-                                f"this server trains {'in full' if self.settings.full else 'LoRA adapters'}")
+                raise WireError(
+                    f"{body['path']} was trained {'with LoRA' if rank else 'in full'}; "
+                    f"this server trains {'in full' if self.settings.full else 'LoRA adapters'}"
+                )
 
         def load() -> dict[str, Any]:
             model = self._build(model_id, *create) if create is not None else self.model(model_id)

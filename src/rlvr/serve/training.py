@@ -29,7 +29,10 @@ RL_LOSSES = {
     "ppo": "ppo_clip",
     "cispo": "cispo",
 }
-NEEDS = {"cross_entropy": ("target_tokens", "weights"), **{n: ("target_tokens", "logprobs", "advantages") for n in RL_LOSSES}}
+NEEDS = {
+    "cross_entropy": ("target_tokens", "weights"),
+    **{n: ("target_tokens", "logprobs", "advantages") for n in RL_LOSSES},
+}
 SUPPORTED_LOSSES = tuple(NEEDS)
 CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}  # Tinker's ratio bounds (ε = 0.2)
 
@@ -52,7 +55,12 @@ class AdamParams:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise WireError(f"optim_step: adam_params.{key} must be a finite number, got {value!r}")
         params = cls(**{k: float(v) for k, v in known.items()})
-        if params.learning_rate < 0 or not 0 <= params.beta1 < 1 or not 0 <= params.beta2 < 1 or params.eps <= 0:
+        if (
+            params.learning_rate < 0
+            or not 0 <= params.beta1 < 1
+            or not 0 <= params.beta2 < 1
+            or params.eps <= 0
+        ):
             raise WireError(f"optim_step: adam_params out of range: {params}")
         return params
 
@@ -69,7 +77,9 @@ def _loss_settings(fb: ForwardBackward) -> dict[str, float]:
     low = float(config.get("clip_low_threshold", CLIP_DEFAULTS["clip_low_threshold"]))
     high = float(config.get("clip_high_threshold", CLIP_DEFAULTS["clip_high_threshold"]))
     if not 0 <= low <= 1 <= high:
-        raise WireError(f"loss_fn_config: need 0 <= clip_low_threshold <= 1 <= clip_high_threshold, got {low}, {high}")
+        raise WireError(
+            f"loss_fn_config: need 0 <= clip_low_threshold <= 1 <= clip_high_threshold, got {low}, {high}"
+        )
     return {"clip_low": 1.0 - low, "clip_high": high - 1.0}
 
 
@@ -77,7 +87,8 @@ def check_datums(fb: ForwardBackward, vocab_size: int, max_length: int) -> None:
     """Refuse what the losses cannot take, naming the datum and the key."""
     if fb.loss_fn not in NEEDS:
         raise WireError(
-            f"loss_fn {fb.loss_fn!r} is not supported by rlvr serve (supported: {', '.join(SUPPORTED_LOSSES)})"
+            f"loss_fn {fb.loss_fn!r} is not supported by rlvr serve "
+            f"(supported: {', '.join(SUPPORTED_LOSSES)})"
         )
     if not fb.data:
         raise WireError("forward_backward: no datums")
@@ -98,7 +109,9 @@ def check_datums(fb: ForwardBackward, vocab_size: int, max_length: int) -> None:
         for key in needs:
             value = datum.inputs[key]
             if value.shape != (n,):
-                raise WireError(f"datum {i}: loss_fn_inputs[{key!r}] has shape {list(value.shape)}, expected [{n}]")
+                raise WireError(
+                    f"datum {i}: loss_fn_inputs[{key!r}] has shape {list(value.shape)}, expected [{n}]"
+                )
             if key != "target_tokens" and not np.isfinite(value).all():
                 raise WireError(f"datum {i}: loss_fn_inputs[{key!r}] holds a non-finite value")
         targets = datum.inputs["target_tokens"]
@@ -197,7 +210,10 @@ class TrainedModel:
         optimizer = self.ensure_optimizer(adam)
         for group in optimizer.param_groups:
             group.update(
-                lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps, weight_decay=adam.weight_decay
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
             )
         grads = [p.grad for p in params if p.grad is not None]
         norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0

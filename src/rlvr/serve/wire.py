@@ -23,7 +23,9 @@ def _pb() -> Any:
     try:
         from tinker.proto import tinker_public_pb2
     except ImportError as err:  # pragma: no cover - the serve extra installs it
-        raise WireError("rlvr serve needs the Tinker SDK's message definitions: pip install 'rlvr[serve]'") from err
+        raise WireError(
+            "rlvr serve needs the Tinker SDK's message definitions: pip install 'rlvr[serve]'"
+        ) from err
     return tinker_public_pb2
 
 
@@ -59,7 +61,9 @@ def _tensor(msg: Any, where: str, max_elements: int) -> np.ndarray:
     if kind == "dense":
         raw = msg.dense
         if len(raw) % np.dtype(dtype).itemsize or len(raw) // np.dtype(dtype).itemsize > max_elements:
-            raise WireError(f"{where}: {len(raw)} bytes are not a whole number of {np.dtype(dtype).name} values")
+            raise WireError(
+                f"{where}: {len(raw)} bytes are not a whole number of {np.dtype(dtype).name} values"
+            )
         arr = np.frombuffer(raw, dtype=dtype)
         if shape:
             if int(np.prod(shape)) != arr.size:
@@ -121,9 +125,7 @@ def decode_forward_backward(body: bytes, max_tokens: int) -> ForwardBackward:
             for name, tensor in datum.loss_fn_inputs.items()
         }
         data.append(Datum(ids, inputs))
-    return ForwardBackward(
-        msg.model_id, int(msg.seq_id), msg.loss_fn, config, bool(msg.forward_only), data
-    )
+    return ForwardBackward(msg.model_id, int(msg.seq_id), msg.loss_fn, config, bool(msg.forward_only), data)
 
 
 def _batched(values: list[np.ndarray], dtype: Any) -> Any:
@@ -175,7 +177,8 @@ def encode_sample_response(sequences: list[Sequence], prompt_logprobs: list[floa
 
 
 def prompt_tokens(prompt: Any, max_tokens: int) -> list[int]:
-    """The token ids of a JSON ``ModelInput`` (``{"chunks": [{"type": "encoded_text", "tokens": [...]}]}``)."""
+    """The token ids of a JSON ``ModelInput``:
+    ``{"chunks": [{"type": "encoded_text", "tokens": [...]}]}``."""
     if not isinstance(prompt, dict) or not isinstance(prompt.get("chunks"), list):
         raise WireError("sample: prompt must be an object with a 'chunks' list")
     ids: list[int] = []
@@ -184,7 +187,9 @@ def prompt_tokens(prompt: Any, max_tokens: int) -> list[int]:
             kind = chunk.get("type") if isinstance(chunk, dict) else type(chunk).__name__
             raise WireError(f"sample: prompt chunk {i} of type {kind!r} is not supported (text only)")
         tokens = chunk.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in tokens
+        ):
             raise WireError(f"sample: prompt chunk {i} needs a list of integer 'tokens'")
         ids.extend(tokens)
         if len(ids) > max_tokens:

@@ -292,6 +292,34 @@ def tasks() -> None:
         print(f"  {name}")
 
 
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option("--model", help="Built-in name, local HF directory or hub id.")] = (
+        "smollm2-135m-instruct"
+    ),
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8000,
+    root: Annotated[
+        str, typer.Option("--root", help="Directory of the checkpoints clients save.")
+    ] = "runs/serve",
+    full: Annotated[
+        bool, typer.Option("--full", help="Train every weight, not the LoRA clients ask for.")
+    ] = False,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Require this X-API-Key.")] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", help="torch threads (default: torch's).")
+    ] = None,
+) -> None:
+    """Serve the Tinker training API (forward_backward, optim_step, sample, checkpoints) on this machine."""
+    from pathlib import Path
+
+    from rlvr.serve.main import serve as run_server
+    from rlvr.serve.service import ServeSettings
+
+    settings = ServeSettings(model=model, root=Path(root), full=full)
+    run_server(settings, host, port, api_key, threads)
+
+
 @config_app.command("show")
 def config_show(
     config: Annotated[str | None, typer.Argument(help="YAML config or recipe name.")] = None,

@@ -74,6 +74,8 @@ def _loss_settings(fb: ForwardBackward) -> dict[str, float]:
             f"loss_fn_config keys {sorted(config)} are not supported for loss_fn {fb.loss_fn!r} "
             f"(ppo and cispo take {', '.join(CLIP_DEFAULTS)})"
         )
+    if fb.loss_fn not in ("ppo", "cispo"):
+        return {}
     low = float(config.get("clip_low_threshold", CLIP_DEFAULTS["clip_low_threshold"]))
     high = float(config.get("clip_high_threshold", CLIP_DEFAULTS["clip_high_threshold"]))
     if not 0 <= low <= 1 <= high:
@@ -124,7 +126,7 @@ def _padded(data: list[Datum], key: str | None, dtype: torch.dtype, pad: float) 
     out = torch.full((len(data), width), pad, dtype=dtype)
     for row, datum in enumerate(data):
         values = datum.tokens if key is None else datum.inputs[key]
-        out[row, : values.size] = torch.as_tensor(np.asarray(values), dtype=dtype)
+        out[row, : values.size] = torch.tensor(np.asarray(values), dtype=dtype)
     return out
 
 

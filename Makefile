@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-scale test-all lint clean vllm
+.PHONY: setup demo test test-scale test-all lint clean vllm cookbook
 
 setup: $(STAMP)
 
@@ -51,6 +51,22 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)
 
+# The tinker-cookbook (a client of rlvr serve) in an environment of its own: it pins transformers
+# <= 5.5.4, which must not replace rlvr's. math-rl's graders are its recipe's optional extras.
+COOKBOOK_VENV := .venv-cookbook
+COOKBOOK_STAMP := $(COOKBOOK_VENV)/.installed
+
+cookbook: $(COOKBOOK_STAMP)
+
+$(COOKBOOK_STAMP):
+	test -d $(COOKBOOK_VENV) || $(PYTHON) -m venv $(COOKBOOK_VENV)
+	$(COOKBOOK_VENV)/bin/pip install --quiet --upgrade pip
+	$(COOKBOOK_VENV)/bin/pip install --quiet -c constraints.txt torch
+	$(COOKBOOK_VENV)/bin/pip install --quiet -c constraints.txt tinker-cookbook==0.5.8 tinker==0.38.0 \
+	  sympy pylatexenc math-verify
+	$(COOKBOOK_VENV)/bin/python -c "import tinker_cookbook, tinker; print('tinker', tinker.__version__)"
+	touch $(COOKBOOK_STAMP)
+
 # Each demo gets its own run directory, so a second `make demo` in the same clone runs again
 # instead of stopping at the first one's directory.
 demo: setup
@@ -71,4 +87,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(COOKBOOK_VENV) runs .pytest_cache .ruff_cache

@@ -19,9 +19,9 @@ import torch
 
 from rlvr.algo import POLICY_LOSSES, token_weights
 from rlvr.config.schema import OptimConfig
+from rlvr.serve.forward import datum_logprobs
 from rlvr.serve.wire import Datum, ForwardBackward, WireError
 from rlvr.train.learn.optim import build_optimizer
-from rlvr.train.learn.token_logprobs import token_logprobs
 
 # Tinker loss name → (rlvr policy loss, the loss_fn_inputs it needs)
 RL_LOSSES = {
@@ -159,7 +159,7 @@ class TrainedModel:
         for start in range(0, len(fb.data), self.micro_batch):
             part = fb.data[start : start + self.micro_batch]
             with torch.set_grad_enabled(not fb.forward_only):
-                logprobs, mask = self._logprobs(part)
+                logprobs, mask = self._logprobs(part, fb.loss_fn)
                 loss = self._loss(fb.loss_fn, part, logprobs, mask, settings)
             if not fb.forward_only:
                 loss.backward()
@@ -169,15 +169,16 @@ class TrainedModel:
                 outputs.append(logprobs[row, : datum.tokens.size].detach().numpy().astype(np.float32))
         return {"logprobs": outputs}, {"loss:sum": total}
 
-    def _logprobs(self, data: list[Datum]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = _padded(data, None, torch.long, 0)
-        mask = torch.zeros_like(ids)
+    def _logprobs(self, data: list[Datum], loss_fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logprobs [B, N] (right-padded) and the mask of real positions."""
+        per_datum = datum_logprobs(
+            self.policy, data, "weights" if loss_fn == "cross_entropy" else "advantages"
+        )
+        logprobs = torch.nn.utils.rnn.pad_sequence(per_datum, batch_first=True)
+        mask = torch.zeros(logprobs.shape)
         for row, datum in enumerate(data):
             mask[row, : datum.tokens.size] = 1
-        logits = self.policy(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        targets = _padded(data, "target_tokens", torch.long, 0)
-        logprobs, _ = token_logprobs(logits, targets)
-        return logprobs, mask.to(torch.float32)
+        return logprobs, mask
 
     @staticmethod
     def _loss(

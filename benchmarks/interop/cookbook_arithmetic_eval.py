@@ -34,9 +34,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--groups-per-batch", type=int, default=8, help="the training run's batch size")
     parser.add_argument("--max-tokens", type=int, default=5)
+    parser.add_argument("--renderer", default="role_colon", help="the training run's renderer_name")
     args = parser.parse_args()
     tokenizer = get_tokenizer(args.model_name)
-    renderer = renderers.get_renderer("role_colon", tokenizer)
+    renderer = renderers.get_renderer(args.renderer, tokenizer)
     problems = held_out(args.n, args.groups_per_batch)
     client = tinker.ServiceClient()
     if args.model_path:

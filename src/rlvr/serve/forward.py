@@ -122,11 +122,17 @@ def _prefix_logprobs(
 
 def datum_logprobs(policy: torch.nn.Module, data: list[Datum], weight_key: str) -> list[torch.Tensor]:
     """Each datum's logprob of its target at every position [N], with gradient where the loss can
-    reach (its tail; everywhere for datums scored by the full forward)."""
-    starts = [tail_start(d, weight_key) for d in data]
+    reach (its tail; everywhere for datums scored by the full forward; nowhere for a datum whose
+    weights or advantages are all zero, which adds nothing to the loss or its gradient)."""
+    inert = [i for i, d in enumerate(data) if not np.any(d.inputs[weight_key])]
+    starts = [None if i in inert else tail_start(d, weight_key) for i, d in enumerate(data)]
     shared = [i for i, s in enumerate(starts) if s is not None]
-    plain = [i for i, s in enumerate(starts) if s is None]
+    plain = [i for i, s in enumerate(starts) if s is None and i not in inert]
     out: list[torch.Tensor | None] = [None] * len(data)
+    if inert:  # no loss term can reach them: their logprobs need no graph
+        with torch.no_grad():
+            for i, lp in zip(inert, _full(policy, [data[i] for i in inert])):
+                out[i] = lp
     if shared:
         for i, lp in zip(shared, _shared(policy, [data[i] for i in shared], [starts[i] for i in shared])):
             out[i] = lp

@@ -47,7 +47,7 @@ class ServeSettings:
     max_request_tokens: int = 1_000_000
     max_new_tokens: int = 2048
     max_samples: int = 256
-    micro_batch: int = 8
+    micro_batch: int = 16
     seed: int = 0
 
 

@@ -161,7 +161,7 @@ class TrainedModel:
             with torch.set_grad_enabled(not fb.forward_only):
                 logprobs, mask = self._logprobs(part, fb.loss_fn)
                 loss = self._loss(fb.loss_fn, part, logprobs, mask, settings)
-            if not fb.forward_only:
+            if not fb.forward_only and loss.requires_grad:  # (datums of zero weight have no graph)
                 loss.backward()
                 self.pending_grad = True
             total += float(loss.detach())

@@ -250,3 +250,40 @@ def test_refused_calls_reach_the_client_as_errors(full) -> None:
             urllib.request.urlopen(request, timeout=10)
         assert caught.value.code == 400 and json.loads(caught.value.read())["detail"]
     assert training.forward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
+
+
+def test_rlvr_serve_command_prints_how_to_connect_and_serves(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlvr",
+        "serve",
+        "--model",
+        "tiny-random",
+        "--port",
+        "0",
+        "--root",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "TINKER_BASE_URL=" in line:
+                break
+        url = line.split("TINKER_BASE_URL=")[1].split()[0]
+        with urllib.request.urlopen(f"{url}/api/v1/healthz", timeout=10) as reply:
+            assert json.loads(reply.read()) == {"status": "ok"}
+        request = urllib.request.Request(f"{url}/api/v1/client/config", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert json.loads(reply.read())["use_pyqwest_transport"] is False
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert any("rlvr serve:" in line for line in lines), lines

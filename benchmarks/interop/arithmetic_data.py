@@ -4,7 +4,9 @@ The cookbook's ``ArithmeticDataset`` draws batch ``i`` from ``RandomState`` seed
 integers in [0, 100] per problem, "What is x + y?". :func:`training_problems` replays those draws;
 :func:`held_out` picks problems none of them drew. ``python arithmetic_data.py OUT_DIR`` writes
 ``train.jsonl`` (the first 100 batches' problems, in order) and ``eval.jsonl`` (the held-out ones)
-for ``rlvr train`` (benchmarks/interop/arithmetic_rlvr.yaml). Needs numpy only.
+for ``rlvr train`` (benchmarks/interop/arithmetic_rlvr.yaml), and ``sft.jsonl``: the training
+problems as chat conversations with the right answer, for the cookbook's SFT recipe
+(``chat_sl.train dataset=.../sft.jsonl``). Needs numpy only.
 """
 
 from __future__ import annotations
@@ -45,4 +47,14 @@ if __name__ == "__main__":
     out.mkdir(parents=True, exist_ok=True)
     (out / "train.jsonl").write_text(_rows(training_draws()))
     (out / "eval.jsonl").write_text(_rows(held_out()))
-    print(f"wrote {out}/train.jsonl and {out}/eval.jsonl")
+    chats = (
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {x} + {y}?"},
+                {"role": "assistant", "content": str(x + y)},
+            ]
+        }
+        for x, y in training_draws()
+    )
+    (out / "sft.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+    print(f"wrote {out}/train.jsonl, eval.jsonl and sft.jsonl")

@@ -305,6 +305,9 @@ def serve(
     full: Annotated[
         bool, typer.Option("--full", help="Train every weight, not the LoRA clients ask for.")
     ] = False,
+    lora_alpha: Annotated[
+        float, typer.Option("--lora-alpha", help="LoRA alpha of clients' adapters.")
+    ] = 32.0,
     api_key: Annotated[str | None, typer.Option("--api-key", help="Require this X-API-Key.")] = None,
     threads: Annotated[
         int | None, typer.Option("--threads", help="torch threads (default: torch's).")
@@ -316,7 +319,7 @@ def serve(
     from rlvr.serve.main import serve as run_server
     from rlvr.serve.service import ServeSettings
 
-    settings = ServeSettings(model=model, root=Path(root), full=full)
+    settings = ServeSettings(model=model, root=Path(root), full=full, lora_alpha=lora_alpha)
     run_server(settings, host, port, api_key, threads)
 
 

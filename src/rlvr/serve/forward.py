@@ -129,10 +129,19 @@ def datum_logprobs(policy: torch.nn.Module, data: list[Datum], weight_key: str) 
     shared = [i for i, s in enumerate(starts) if s is not None]
     plain = [i for i, s in enumerate(starts) if s is None and i not in inert]
     out: list[torch.Tensor | None] = [None] * len(data)
-    if inert:  # no loss term can reach them: their logprobs need no graph
+    if inert:  # no loss term can reach them: their logprobs need no graph, and an RL datum's
+        # sampled tail (where the sampler's logprobs are) shares its prompt's pass with its group
+        tails = {i: tail_start(data[i], "logprobs") if "logprobs" in data[i].inputs else None for i in inert}
         with torch.no_grad():
-            for i, lp in zip(inert, _full(policy, [data[i] for i in inert])):
-                out[i] = lp
+            forked = [i for i in inert if tails[i] is not None]
+            whole = [i for i in inert if tails[i] is None]
+            if forked:
+                scored = _shared(policy, [data[i] for i in forked], [tails[i] for i in forked])
+                for i, lp in zip(forked, scored):
+                    out[i] = lp
+            if whole:
+                for i, lp in zip(whole, _full(policy, [data[i] for i in whole])):
+                    out[i] = lp
     if shared:
         for i, lp in zip(shared, _shared(policy, [data[i] for i in shared], [starts[i] for i in shared])):
             out[i] = lp

@@ -63,6 +63,7 @@ class Future:
 class Task:
     future: Future
     run: Callable[[], dict[str, Any] | bytes]
+    name: str = "request"
     batch_key: Any = None  # sample tasks with equal keys run together
     sample: tuple[str, list[int], SampleSpec, bool] | None = None
 
@@ -188,10 +189,17 @@ class Service:
                     for other in rest:
                         self.queue.remove(other)
                     batch += rest
+            start = time.perf_counter()
             if len(batch) > 1 or task.sample is not None:
                 self._run_samples(batch)
             else:
                 self._finish(task.future, task.run)
+            log.info(
+                "%s%s: %.2f s",
+                task.name,
+                f" x{len(batch)}" if len(batch) > 1 else "",
+                time.perf_counter() - start,
+            )
 
     @staticmethod
     def _finish(future: Future, run: Callable[[], dict[str, Any] | bytes]) -> None:
@@ -222,7 +230,7 @@ class Service:
             self._build(model_id, session_id, lora)
             return {"model_id": model_id, "type": "create_model"}
 
-        return self.submit(build)
+        return self.submit(build, name="create_model")
 
     def _new_model_id(self, session_id: Any, seq: Any) -> str:
         with self.lock:
@@ -284,14 +292,16 @@ class Service:
             outputs, metrics = model.forward_backward(fb)
             return encode_forward_backward_output(outputs, metrics, fb.loss_fn)
 
-        return self.submit(run)
+        return self.submit(run, name=f"forward_backward({fb.loss_fn}, {len(fb.data)} datums)")
 
     def optim_step(self, body: dict[str, Any]) -> Future:
         model = self.model(body.get("model_id"))
         adam = AdamParams.from_json(body.get("adam_params", {}))
         if body.get("optimizer_params") is not None:
             raise WireError("optim_step: only AdamW (adam_params) is supported by rlvr serve")
-        return self.submit(lambda: {"metrics": model.optim_step(adam), "type": "optim_step"})
+        return self.submit(
+            lambda: {"metrics": model.optim_step(adam), "type": "optim_step"}, name="optim_step"
+        )
 
     def _meta(self, model: TrainedModel) -> dict[str, Any]:
         return {
@@ -312,7 +322,7 @@ class Service:
             ckpt.save_state(directory, model.policy, model.optimizer, self._meta(model))
             return {"path": ckpt.tinker_path(run, "weights", name), "type": "save_weights"}
 
-        return self.submit(save)
+        return self.submit(save, name="save_weights")
 
     def save_for_sampler(self, body: dict[str, Any]) -> Future:
         from rlvr.models.lora import merged_weights
@@ -335,7 +345,7 @@ class Service:
                 "type": "save_weights_for_sampler",
             }
 
-        return self.submit(save)
+        return self.submit(save, name="save_weights_for_sampler")
 
     def load_weights(self, body: dict[str, Any]) -> Future:
         kind, directory = ckpt.resolve(self.settings.root, body.get("path"), "weights")
@@ -363,7 +373,7 @@ class Service:
             model.steps = int(meta.get("steps", 0))
             return {"path": body["path"], "model_id": model_id, "type": "load_weights"}
 
-        return self.submit(load)
+        return self.submit(load, name="load_weights")
 
     # ---- sampling ----
     def sample(self, body: dict[str, Any]) -> tuple[Future, int]:
@@ -385,7 +395,9 @@ class Service:
                 snapshot = BASE
         with_prompt = bool(body.get("prompt_logprobs", False))
         key = None if spec.seed is not None or with_prompt else (snapshot, spec)
-        future = self.submit(lambda: b"", batch_key=key, sample=(snapshot, prompt, spec, with_prompt))
+        future = self.submit(
+            lambda: b"", name="sample", batch_key=key, sample=(snapshot, prompt, spec, with_prompt)
+        )
         return future, spec.num_samples
 
     def _snapshot(self, snapshot: str) -> str:

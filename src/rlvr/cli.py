@@ -312,6 +312,7 @@ def serve(
     threads: Annotated[
         int | None, typer.Option("--threads", help="torch threads (default: torch's).")
     ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed for requests without one.")] = 0,
 ) -> None:
     """Serve the Tinker training API (forward_backward, optim_step, sample, checkpoints) on this machine."""
     from pathlib import Path
@@ -319,7 +320,7 @@ def serve(
     from rlvr.serve.main import serve as run_server
     from rlvr.serve.service import ServeSettings
 
-    settings = ServeSettings(model=model, root=Path(root), full=full, lora_alpha=lora_alpha)
+    settings = ServeSettings(model=model, root=Path(root), full=full, lora_alpha=lora_alpha, seed=seed)
     run_server(settings, host, port, api_key, threads)
 
 

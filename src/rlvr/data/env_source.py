@@ -61,6 +61,13 @@ def _wordle(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     return wordle_examples(count, seed, split, **config)
 
 
+@register_env_dataset("textarena")
+def _textarena(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.textarena_game import textarena_examples
+
+    return textarena_examples(count, seed, split, **config)
+
+
 @register_env_dataset("code_functions")
 def _code_functions(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     from rlvr.data.code_functions import code_function_examples

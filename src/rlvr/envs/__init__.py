@@ -7,6 +7,7 @@ from rlvr.envs.guess_number import GuessNumber
 from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
 from rlvr.envs.self_verify import SelfVerify
+from rlvr.envs.textarena_game import TextArenaGame
 from rlvr.envs.wordle import Wordle
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SearchEnv",
     "SelfVerify",
     "Step",
+    "TextArenaGame",
     "Wordle",
     "make_env",
     "register_env",

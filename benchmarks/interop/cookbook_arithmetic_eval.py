@@ -58,7 +58,15 @@ def main() -> None:
     acc = correct / len(problems)
     se = math.sqrt(acc * (1 - acc) / len(problems))
     print(
-        json.dumps({"model_path": args.model_path, "n": len(problems), "accuracy": acc, "se": round(se, 4)})
+        json.dumps(
+            {
+                "renderer": args.renderer,
+                "model_path": args.model_path,
+                "n": len(problems),
+                "accuracy": acc,
+                "se": round(se, 4),
+            }
+        )
     )
 
 

@@ -287,3 +287,30 @@ def test_rlvr_serve_command_prints_how_to_connect_and_serves(tmp_path) -> None:
         proc.terminate()
         proc.wait(timeout=30)
     assert any("rlvr serve:" in line for line in lines), lines
+
+
+def test_the_engine_reuses_its_packed_decoder_only_while_the_weights_keep_their_name() -> None:
+    model = load_model("tiny-random").eval()
+    engine = HFEngine(model, load_tokenizer_for_test(), seed=0, packed_weights="on")
+    params = SamplingParams(n=2, temperature=0.0, max_new_tokens=4)
+    if engine.decode_path(2, params) != "fused":
+        pytest.skip("no fused decode path here (needs MKL)")
+    engine.weights_key = "a"
+    engine.generate([PROMPT], params)
+    (first,) = engine._decoders.values()
+    engine.generate([PROMPT], params)
+    assert list(engine._decoders.values()) == [first]  # same name, same batch size: reused
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.down_proj.weight.mul_(3.0)
+    engine.weights_key = "b"
+    got = engine.generate([PROMPT], params)[0][0].logprobs
+    fresh = HFEngine(model, load_tokenizer_for_test(), seed=0, packed_weights="on")
+    assert got == pytest.approx(fresh.generate([PROMPT], params)[0][0].logprobs, abs=1e-5)
+    assert first not in engine._decoders.values()  # renamed: repacked from the new weights
+
+
+def load_tokenizer_for_test():
+    from rlvr.models.loading import load_tokenizer
+
+    return load_tokenizer("tiny-random")

@@ -1,13 +1,15 @@
 """What the Tinker protocol costs: the same RL steps through the SDK and ``rlvr serve`` vs in-process.
 
-Each step samples ``groups`` prompts × ``group`` completions (``max_tokens`` new tokens, seeded),
+Each step samples ``groups`` prompts × ``group`` completions (``max_tokens`` new tokens each, no
+stop: fixed work; no seeds, so the server may batch the requests that wait together, and the
+in-process run samples all prompts in one batch),
 centres the rewards (here: a completion's count of even token ids, a stand-in any program could
 compute) within each group, runs ``forward_backward`` with ``importance_sampling`` on the sampled
 tokens and their sampler logprobs, one AdamW step, and takes a new sampler snapshot. ``api``: the
 official SDK in this process against ``rlvr serve`` in another (pinned to its own core).
 ``direct``: the same server code (:class:`rlvr.serve.service.Service`'s model and sampler) called in
-this process, with no HTTP, no serialisation and no client. Both start from the same LoRA seed and
-the same sampling seeds, so they do identical work; the report gives seconds per step and the ratio.
+this process, with no HTTP, no serialisation and no client. Both start from the same LoRA seed and do
+the same amount of work; the report gives seconds per step and the ratio.
 
     .venv/bin/python benchmarks/interop/serve_overhead.py --steps 6 [--out runs/interop/overhead.json]
 """
@@ -56,15 +58,15 @@ def run_api(args: argparse.Namespace, path: str) -> list[float]:
         client = tinker.ServiceClient(base_url=f"http://127.0.0.1:{PORT}")
         training = client.create_lora_training_client(base_model=path, rank=32, seed=0).result()
         times = []
-        for step in range(args.steps):
+        for _ in range(args.steps):
             start = time.perf_counter()
             sampler = training.save_weights_and_get_sampling_client()
             futures = [
                 sampler.sample(
                     types.ModelInput.from_ints(p), args.group,
-                    types.SamplingParams(max_tokens=args.max_tokens, seed=1000 * step + i, stop=[]),
+                    types.SamplingParams(max_tokens=args.max_tokens, stop=[]),
                 )
-                for i, p in enumerate(prompts(args.groups))
+                for p in prompts(args.groups)
             ]  # fmt: skip
             datums = []
             for prompt, future in zip(prompts(args.groups), futures):
@@ -94,6 +96,7 @@ def run_direct(args: argparse.Namespace) -> list[float]:
     from rlvr.models.lora import merged_weights
     from rlvr.serve.sampling import SampleSpec
     from rlvr.serve.service import ServeSettings, Service
+    from rlvr.serve.training import AdamParams
     from rlvr.serve.wire import Datum, ForwardBackward
 
     service = Service(ServeSettings(root=Path(args.root) / "direct"))
@@ -105,11 +108,10 @@ def run_direct(args: argparse.Namespace) -> list[float]:
         snapshot = f"step{step}"
         service.sampler.add(snapshot, merged_weights(model.policy))
         datums = []
-        for i, prompt in enumerate(prompts(args.groups)):
-            request = {"num_samples": args.group, "sampling_params": {
-                "max_tokens": args.max_tokens, "seed": 1000 * step + i, "stop": []}}  # fmt: skip
-            spec = SampleSpec.from_request(request, 4096, 1024)
-            (seqs,) = service.sampler.sample(snapshot, [prompt], spec)
+        request = {"num_samples": args.group, "sampling_params": {"max_tokens": args.max_tokens, "stop": []}}
+        spec = SampleSpec.from_request(request, 4096, 1024)
+        groups = service.sampler.sample(snapshot, prompts(args.groups), spec)  # one batch, as the server does
+        for prompt, seqs in zip(prompts(args.groups), groups):
             for seq, adv in zip(seqs, advantages([s.tokens for s in seqs])):
                 full, pad = prompt + seq.tokens, len(prompt) - 1
                 datums.append(
@@ -123,8 +125,6 @@ def run_direct(args: argparse.Namespace) -> list[float]:
                     )
                 )
         model.forward_backward(ForwardBackward("m", 0, "importance_sampling", {}, False, datums))
-        from rlvr.serve.training import AdamParams
-
         model.optim_step(AdamParams(learning_rate=1e-4))
         times.append(time.perf_counter() - start)
     service.stop()

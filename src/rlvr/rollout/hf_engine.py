@@ -94,6 +94,11 @@ class HFEngine:
         self.packed_weights = packed_weights
         self.fuse_layers = fuse_layers
         self.policy_version = 0  # set by the weight sync; trajectories carry it
+        # An owner that changes the model's weights only through itself (rlvr serve's sampler) names
+        # them here; the packed decoder built for a batch size is then reused until the name changes
+        # (packing the weights costs ~1 s a call for SmolLM2-135M). None: built per call.
+        self.weights_key: object | None = None
+        self._decoders: dict[tuple[object, int], FusedLlamaDecoder] = {}
         # held while generating: a weight sync into this engine's own copy waits for it (pause/resume)
         self.lock = threading.RLock()
 
@@ -163,7 +168,7 @@ class HFEngine:
             rows = min(len(prompts), per_chunk) * params.n
             path = self.decode_path(rows, params)
             # built from the weights as they are now, per call: its copies are stale after an update
-            decoder = FusedLlamaDecoder(self.model, rows_hint=rows) if path == "fused" else None
+            decoder = self._decoder(rows) if path == "fused" else None
             with packed_linears(self.model) if path == "packed" else nullcontext():
                 for start in range(0, len(prompts), per_chunk):
                     chunk = prompts[start : start + per_chunk]
@@ -176,6 +181,15 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         return groups, kept
+
+    def _decoder(self, rows: int) -> FusedLlamaDecoder:
+        if self.weights_key is None:
+            return FusedLlamaDecoder(self.model, rows_hint=rows)
+        key = (self.weights_key, rows)
+        if key not in self._decoders:
+            self._decoders = {k: d for k, d in self._decoders.items() if k[0] == self.weights_key}
+            self._decoders[key] = FusedLlamaDecoder(self.model, rows_hint=rows)
+        return self._decoders[key]
 
     @torch.inference_mode()
     def _generate_chunk(

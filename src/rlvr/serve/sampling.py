@@ -109,6 +109,7 @@ class Sampler:
         self.snapshots: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
         self.max_snapshots = max_snapshots
         self.loaded = BASE
+        self.engine.weights_key = BASE
 
     def add(self, snapshot_id: str, weights: dict[str, torch.Tensor]) -> None:
         """Keep ``weights`` (parameter name → tensor, every parameter of the model) as a snapshot;
@@ -137,9 +138,11 @@ class Sampler:
         if self.loaded == snapshot_id:
             return
         weights = self.weights(snapshot_id)
+        self.loaded = ""
         for name, p in self.model.named_parameters():
             p.copy_(weights[name])
         self.loaded = snapshot_id
+        self.engine.weights_key = snapshot_id  # its packed decoders are rebuilt for these weights
 
     def sample(self, snapshot_id: str, prompts: list[list[int]], spec: SampleSpec) -> list[list[Sequence]]:
         """``spec.num_samples`` sequences for each prompt, from the snapshot's weights."""

@@ -60,7 +60,7 @@ def run_api(args: argparse.Namespace, path: str) -> list[float]:
         times = []
         for _ in range(args.steps):
             start = time.perf_counter()
-            sampler = training.save_weights_and_get_sampling_client()
+            sampler = training.save_weights_and_get_sampling_client().result()
             futures = [
                 sampler.sample(
                     types.ModelInput.from_ints(p), args.group,

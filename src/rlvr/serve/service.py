@@ -49,6 +49,7 @@ class ServeSettings:
     max_new_tokens: int = 2048
     max_samples: int = 256
     micro_batch: int = 16
+    sample_batch_wait_s: float = 0.05
     seed: int = 0
 
 
@@ -186,6 +187,11 @@ class Service(CheckpointRequests):
                 task = self.queue.popleft()
                 batch = [task]
                 if task.batch_key is not None:  # the sample requests waiting for the same weights
+                    # a client sends a batch's requests one POST at a time: give the rest a moment
+                    # to arrive (a decode step reads every weight whatever the batch size)
+                    deadline = time.monotonic() + self.settings.sample_batch_wait_s
+                    while (left := deadline - time.monotonic()) > 0 and not self.stopping:
+                        self.cond.wait(left)
                     rest = [t for t in self.queue if t.batch_key == task.batch_key]
                     for other in rest:
                         self.queue.remove(other)

@@ -314,3 +314,20 @@ def load_tokenizer_for_test():
     from rlvr.models.loading import load_tokenizer
 
     return load_tokenizer("tiny-random")
+
+
+def test_requests_for_the_same_prompt_are_prefilled_once_and_shared_out() -> None:
+    from rlvr.serve.sampling import BASE, Sampler, SampleSpec
+
+    sampler = Sampler(load_model("tiny-random"), load_tokenizer_for_test())
+    seen: list[list[list[int]]] = []
+    generate = sampler.engine.generate
+    sampler.engine.generate = lambda prompts, params: seen.append(prompts) or generate(prompts, params)
+    spec = SampleSpec.from_request({"num_samples": 2, "sampling_params": {"max_tokens": 3}}, 16, 8)
+    other = PROMPT[:3]
+    out = sampler.sample(BASE, [PROMPT, other, PROMPT, other], spec)
+    assert seen == [[PROMPT, other]]  # each distinct prompt once, sampled 2 x 2 times
+    assert [len(group) for group in out] == [2, 2, 2, 2]
+    assert out[0] != out[2]  # the shares are different samples
+    sampler.sample(BASE, [PROMPT, PROMPT, other], spec)  # uneven repeats: as they came
+    assert seen[-1] == [PROMPT, PROMPT, other]

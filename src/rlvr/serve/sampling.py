@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -145,8 +145,25 @@ class Sampler:
         self.engine.weights_key = snapshot_id  # its packed decoders are rebuilt for these weights
 
     def sample(self, snapshot_id: str, prompts: list[list[int]], spec: SampleSpec) -> list[list[Sequence]]:
-        """``spec.num_samples`` sequences for each prompt, from the snapshot's weights."""
+        """``spec.num_samples`` sequences for each prompt, from the snapshot's weights. Requests for
+        the same prompt (a group's episodes, sent one by one) are prefilled once: when every distinct
+        prompt came ``k`` times, each is sampled ``k × num_samples`` times and shared out."""
         self.load(snapshot_id)
+        where: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            where.setdefault(tuple(prompt), []).append(i)
+        counts = {len(rows) for rows in where.values()}
+        if len(where) == len(prompts) or len(counts) != 1:
+            return self._generate(prompts, spec)
+        k, n = counts.pop(), spec.num_samples
+        merged = self._generate([list(p) for p in where], replace(spec, num_samples=k * n))
+        out: list[list[Sequence]] = [[] for _ in prompts]
+        for rows, group in zip(where.values(), merged):
+            for j, row in enumerate(rows):
+                out[row] = group[j * n : (j + 1) * n]
+        return out
+
+    def _generate(self, prompts: list[list[int]], spec: SampleSpec) -> list[list[Sequence]]:
         engine = self.engine
         engine.stop_token_ids = sorted(set(spec.stop_ids)) if spec.stop_ids is not None else self.default_stop
         saved = engine.generator

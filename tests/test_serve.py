@@ -331,3 +331,41 @@ def test_requests_for_the_same_prompt_are_prefilled_once_and_shared_out() -> Non
     assert out[0] != out[2]  # the shares are different samples
     sampler.sample(BASE, [PROMPT, PROMPT, other], spec)  # uneven repeats: as they came
     assert seen[-1] == [PROMPT, PROMPT, other]
+
+
+def test_the_shared_prefix_forward_gives_the_full_forwards_logprobs_and_gradients() -> None:
+    import numpy as np
+
+    from rlvr.serve import forward
+    from rlvr.serve.wire import Datum
+
+    def datums(advantage: float) -> list[Datum]:
+        out = []
+        for completion in COMPLETIONS:
+            seq = np.array(PROMPT + completion)
+            adv = np.r_[np.zeros(len(PROMPT) - 1), np.full(len(completion), advantage)].astype(np.float32)
+            targets = seq[1:].copy()
+            targets[:2] = 7  # prompt positions may hold any target (the cookbook writes 0s there)
+            out.append(Datum(seq[:-1], {"target_tokens": targets, "advantages": adv}))
+        return out
+
+    model = load_model("tiny-random")
+    results = {}
+    for name, fn in (
+        ("shared", lambda d: forward.datum_logprobs(model, d, "advantages")),
+        ("full", lambda d: forward._full(model, d)),
+    ):
+        model.zero_grad()
+        lps = fn(datums(1.0))
+        sum(lp[len(PROMPT) - 1 :].sum() for lp in lps).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results[name] = ([lp.detach() for lp in lps], grads)
+    for a, b in zip(results["shared"][0], results["full"][0]):
+        assert torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(results["shared"][1], results["full"][1]):
+        assert torch.allclose(a, b, atol=1e-5)
+    # datums of zero advantage: the same logprobs, no graph
+    inert = forward.datum_logprobs(model, datums(0.0), "advantages")
+    assert all(not lp.requires_grad for lp in inert)
+    for a, b in zip(inert, results["full"][0]):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -120,18 +120,35 @@ def _prefix_logprobs(
     return heads
 
 
+def _alone_to_plain(data: list[Datum], starts: list[int | None]) -> None:
+    """A datum whose prefix no other datum shares gains nothing from the shared pass (it would
+    cost an extra gradient-free pass over its prefix): it goes to the plain forward instead."""
+    keys = [data[i].tokens[: s + 1].tobytes() if s is not None else None for i, s in enumerate(starts)]
+    counts: dict[bytes, int] = {}
+    for key in keys:
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    for i, key in enumerate(keys):
+        if key is not None and counts[key] == 1:
+            starts[i] = None
+
+
 def datum_logprobs(policy: torch.nn.Module, data: list[Datum], weight_key: str) -> list[torch.Tensor]:
     """Each datum's logprob of its target at every position [N], with gradient where the loss can
     reach (its tail; everywhere for datums scored by the full forward; nowhere for a datum whose
     weights or advantages are all zero, which adds nothing to the loss or its gradient)."""
     inert = [i for i, d in enumerate(data) if not np.any(d.inputs[weight_key])]
     starts = [None if i in inert else tail_start(d, weight_key) for i, d in enumerate(data)]
+    _alone_to_plain(data, starts)
     shared = [i for i, s in enumerate(starts) if s is not None]
     plain = [i for i, s in enumerate(starts) if s is None and i not in inert]
     out: list[torch.Tensor | None] = [None] * len(data)
     if inert:  # no loss term can reach them: their logprobs need no graph, and an RL datum's
         # sampled tail (where the sampler's logprobs are) shares its prompt's pass with its group
         tails = {i: tail_start(data[i], "logprobs") if "logprobs" in data[i].inputs else None for i in inert}
+        starts_inert = [tails[i] for i in inert]
+        _alone_to_plain([data[i] for i in inert], starts_inert)
+        tails = dict(zip(inert, starts_inert))
         with torch.no_grad():
             forked = [i for i in inert if tails[i] is not None]
             whole = [i for i in inert if tails[i] is None]

@@ -101,3 +101,22 @@ def test_sampled_loss_norm_equals_training_on_the_dropped_groups() -> None:
     assert torch.allclose(scaled, full, rtol=1e-4, atol=1e-7)
     assert torch.allclose(unscaled * share, full, rtol=1e-4, atol=1e-7)
     assert not torch.allclose(unscaled, full, rtol=1e-2)
+
+
+def test_a_token_sum_loss_is_never_rescaled_by_the_kept_share() -> None:
+    """A sum has no denominator: dropping zero-advantage groups changes nothing, so
+    ``algo.loss_norm=sampled`` must not scale it (it does scale the averaging modes)."""
+    from rlvr.config import load_config
+    from rlvr.train.learn.learner import loss_scale
+    from rlvr.trajectory import Trajectory, TrajectoryGroup
+
+    def group(index: int, lengths: list[int], prompt: int) -> TrajectoryGroup:
+        (completions,) = _groups([lengths], prompt_lengths=[prompt])
+        return TrajectoryGroup(index, [Trajectory.from_completion(c, index, "", 0) for c in completions])
+
+    kept = [group(0, [3, 7, 5], 6)]
+    sampled = kept + [group(1, [4, 2, 6], 5)]
+    summed = load_config(None, ["algo.loss_agg=token-sum", "algo.loss_norm=sampled"])
+    averaged = load_config(None, ["algo.loss_agg=token-mean", "algo.loss_norm=sampled"])
+    assert loss_scale(summed, kept, sampled) == 1.0
+    assert loss_scale(averaged, kept, sampled) < 1.0

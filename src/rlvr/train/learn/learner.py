@@ -66,7 +66,7 @@ def loss_scale(cfg: RunConfig, kept: list[TrajectoryGroup], sampled: list[Trajec
     A dropped group has zero advantage everywhere, so it adds nothing to the gradient, only to
     the denominator: scaling by this share gives that gradient without computing those groups.
     """
-    if cfg.algo.loss_norm == "kept":
+    if cfg.algo.loss_norm == "kept" or cfg.algo.loss_agg == "token-sum":  # a sum has no denominator
         return 1.0
     by_tokens = cfg.algo.loss_agg == "token-mean"
 

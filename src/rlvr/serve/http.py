@@ -23,7 +23,7 @@ from rlvr.serve.wire import WireError
 log = logging.getLogger("rlvr.serve")
 
 PREFIX = "/api/v1"
-POLL_SECONDS = 20.0  # a retrieve_future waits this long for its result before "try_again"
+POLL_SECONDS = 40.0  # a retrieve_future waits this long for its result before "try_again" (the SDK: 45 s)
 MAX_JSON_BYTES = 64 << 20
 MAX_PROTO_BYTES = 512 << 20
 # known Tinker routes this server does not implement: refused with a message, never a silent no-op

@@ -369,3 +369,31 @@ def test_the_shared_prefix_forward_gives_the_full_forwards_logprobs_and_gradient
     assert all(not lp.requires_grad for lp in inert)
     for a, b in zip(inert, results["full"][0]):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_forward_backward_custom_runs_its_loss_on_the_client(full) -> None:
+    """The SDK's custom losses: a forward for the logprobs, then ``cross_entropy`` with weights
+    ``−dL/dlogprob``; for L = −2·Σ logprob the gradient is twice cross_entropy's with weights 1."""
+    service, _, client = full
+    training = client.create_lora_training_client(base_model=service.path, rank=8).result()
+    seq = PROMPT + COMPLETIONS[0]
+    n = len(seq) - 1
+
+    def datum(weight: float) -> types.Datum:
+        return types.Datum(
+            model_input=types.ModelInput.from_ints(seq[:-1]),
+            loss_fn_inputs={"target_tokens": seq[1:], "weights": [weight] * n},
+        )
+
+    def loss_fn(data, logprobs_list):
+        loss = -(logprobs_list[0] * 2.0).sum()
+        return loss, {"custom": float(loss.detach())}
+
+    out = training.forward_backward_custom([datum(1.0)], loss_fn).result()
+    assert out.metrics["custom"] > 0
+    (model,) = service.models.values()
+    custom = [p.grad.clone() for p in model.policy.parameters()]
+    model.policy.zero_grad()
+    training.forward_backward([datum(1.0)], "cross_entropy").result()
+    for a, p in zip(custom, model.policy.parameters()):
+        assert torch.allclose(a, 2.0 * p.grad, atol=1e-6)

@@ -161,7 +161,9 @@ def test_sample_returns_the_engines_tokens_and_logprobs(full) -> None:
 def test_lora_client_trains_adapters_only_and_samples_from_its_snapshot(tmp_path, monkeypatch) -> None:
     service, server, client = _start(tmp_path, monkeypatch)
     try:
-        training = client.create_lora_training_client(base_model=service.path, rank=4).result()
+        training = client.create_lora_training_client(
+            base_model=service.path, rank=4, train_mlp=False
+        ).result()
         info = training.get_info()
         assert info.is_lora and info.lora_rank == 4 and info.model_data.model_name == service.path
         (model,) = service.models.values()
@@ -174,7 +176,13 @@ def test_lora_client_trains_adapters_only_and_samples_from_its_snapshot(tmp_path
         training.forward_backward([datum], "cross_entropy").result()
         training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, base[n])}
-        assert changed and all("lora_" in n for n in changed)
+        assert changed and all("lora_" in n and "self_attn" in n for n in changed)  # train_mlp=False
+        # a client from its checkpoint gets the same adapters (the checkpoint keeps the LoRA config)
+        path = training.save_state("lora").result().path
+        again = client.create_training_client_from_state(path).result()
+        restored = dict(service.models[again.model_id].policy.named_parameters())
+        assert set(restored) == set(base)
+        assert all(torch.equal(p, restored[n]) for n, p in model.policy.named_parameters())
         # the sampling client samples the trained weights: greedy continuations differ from the base's
         greedy = types.SamplingParams(max_tokens=6, temperature=0.0)
         prompt = types.ModelInput.from_ints(PROMPT)

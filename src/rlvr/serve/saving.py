@@ -24,6 +24,7 @@ class CheckpointRequests:
             "lora_alpha": self.settings.lora_alpha,
             "model_id": model.model_id,
             "steps": model.steps,
+            "lora_config": model.lora_config,
         }
 
     def save_weights(self, body: dict[str, Any]) -> Future:
@@ -72,7 +73,8 @@ class CheckpointRequests:
             session_id = body.get("session_id")
             model_id = self._new_model_id(session_id, body.get("model_seq_id"))
             rank = meta.get("lora_rank", 0)
-            create = (session_id, {"rank": rank} if rank else {})
+            lora = meta.get("lora_config") if isinstance(meta.get("lora_config"), dict) else {"rank": rank}
+            create = (session_id, lora if rank else {})
             if bool(rank) == self.settings.full:
                 raise WireError(
                     f"{body['path']} was trained {'with LoRA' if rank else 'in full'}; "

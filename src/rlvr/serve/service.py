@@ -284,6 +284,7 @@ class Service(CheckpointRequests):
                 policy, LoraConfig(r=rank, alpha=self.settings.lora_alpha, target_modules=targets)
             )
         model = TrainedModel(model_id, policy, rank, self.settings.micro_batch)
+        model.lora_config = dict(lora)  # kept in its checkpoints: a load rebuilds the same adapters
         with self.lock:
             self.models[model_id] = model
             self.model_sessions[model_id] = session_id
@@ -322,7 +323,8 @@ class Service(CheckpointRequests):
         if snapshot is None:
             path = body.get("model_path")
             if path is not None:
-                snapshot = ckpt.resolve(self.settings.root, path, "sampler_weights") and path
+                ckpt.resolve(self.settings.root, path, "sampler_weights")  # it must exist
+                snapshot = path
             else:
                 self.check_base(body.get("base_model"))
                 if body.get("base_model") is None:

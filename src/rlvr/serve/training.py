@@ -137,6 +137,7 @@ class TrainedModel:
         self.model_id = model_id
         self.policy = policy
         self.lora_rank = lora_rank  # 0: every weight is trained
+        self.lora_config: dict[str, Any] = {}  # what the client asked for (rank, seed, train_*)
         self.micro_batch = micro_batch
         self.optimizer: torch.optim.Optimizer | None = None
         self.steps = 0

@@ -405,3 +405,32 @@ def test_forward_backward_custom_runs_its_loss_on_the_client(full) -> None:
     training.forward_backward([datum(1.0)], "cross_entropy").result()
     for a, p in zip(custom, model.policy.parameters()):
         assert torch.allclose(a, 2.0 * p.grad, atol=1e-6)
+
+
+def test_two_clients_train_their_own_models_side_by_side(full) -> None:
+    """Two ServiceClients (two sessions) interleave their steps; each model ends where it would
+    alone, and closing a session frees its model."""
+    service, server, _ = full
+    seq = PROMPT + COMPLETIONS[1]
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(seq[:-1]),
+        loss_fn_inputs={"target_tokens": seq[1:], "weights": [1.0] * (len(seq) - 1)},
+    )
+    clients = [tinker.ServiceClient(base_url=server.url) for _ in range(2)]
+    trainers = [c.create_lora_training_client(base_model=service.path, rank=8).result() for c in clients]
+    rates = (1e-3, 3e-3)
+    for _ in range(2):  # submitted together, so the server interleaves them
+        futures = [t.forward_backward([datum], "cross_entropy") for t in trainers]
+        steps = [t.optim_step(types.AdamParams(learning_rate=lr)) for t, lr in zip(trainers, rates)]
+        for f in futures + steps:
+            f.result()
+    models = [service.models[t.model_id].policy for t in trainers]
+    alone = clients[1].create_lora_training_client(base_model=service.path, rank=8).result()
+    for _ in range(2):  # the second client's steps again, with nothing in between
+        alone.forward_backward([datum], "cross_entropy").result()
+        alone.optim_step(types.AdamParams(learning_rate=rates[1])).result()
+    for p, q in zip(models[1].parameters(), service.models[alone.model_id].policy.parameters()):
+        assert torch.equal(p, q)
+    assert not all(torch.equal(p, q) for p, q in zip(models[0].parameters(), models[1].parameters()))
+    clients[0].close("success").result()
+    assert trainers[0].model_id not in service.models and trainers[1].model_id in service.models

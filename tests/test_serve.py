@@ -189,6 +189,15 @@ def test_lora_client_trains_adapters_only_and_samples_from_its_snapshot(tmp_path
         trained = training.save_weights_and_get_sampling_client().sample(prompt, 1, greedy).result()
         plain = client.create_sampling_client(base_model=service.path).sample(prompt, 1, greedy).result()
         assert trained.sequences[0].logprobs != plain.sequences[0].logprobs
+        # a name saved again holds the new weights, also for a sampler reading it by path
+        named = []
+        for _ in range(2):
+            path = training.save_weights_for_sampler("latest").result().path
+            sampler = client.create_sampling_client(model_path=path)
+            named.append(sampler.sample(prompt, 1, greedy).result().sequences[0].logprobs)
+            training.forward_backward([datum], "cross_entropy").result()
+            training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        assert named[0] == trained.sequences[0].logprobs and named[1] != named[0]
     finally:
         server.shutdown()
         service.stop()

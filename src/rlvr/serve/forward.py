@@ -13,6 +13,8 @@ datum is scored by a plain full-sequence forward.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -51,7 +53,7 @@ def _full(policy: torch.nn.Module, data: list[Datum]) -> list[torch.Tensor]:
 
 def _shared(policy: torch.nn.Module, data: list[Datum], starts: list[int]) -> list[torch.Tensor]:
     prefixes: dict[bytes, int] = {}
-    keys = [data[i].tokens[: s + 1].tobytes() for i, s in enumerate(starts)]
+    keys = [_prefix_key(d, s) for d, s in zip(data, starts)]
     firsts: list[int] = []
     for i, key in enumerate(keys):
         if key not in prefixes:
@@ -120,17 +122,28 @@ def _prefix_logprobs(
     return heads
 
 
-def _alone_to_plain(data: list[Datum], starts: list[int | None]) -> None:
-    """A datum whose prefix no other datum shares gains nothing from the shared pass (it would
-    cost an extra gradient-free pass over its prefix): it goes to the plain forward instead."""
-    keys = [data[i].tokens[: s + 1].tobytes() if s is not None else None for i, s in enumerate(starts)]
-    counts: dict[bytes, int] = {}
-    for key in keys:
-        if key is not None:
-            counts[key] = counts.get(key, 0) + 1
-    for i, key in enumerate(keys):
-        if key is not None and counts[key] == 1:
-            starts[i] = None
+def _prefix_key(datum: Datum, start: int) -> bytes:
+    """What the datums of one shared pass have in common: their inputs up to the tail's first."""
+    return datum.tokens[: start + 1].tobytes()
+
+
+def _score(policy: torch.nn.Module, data: list[Datum], starts: list[int | None]) -> list[torch.Tensor]:
+    """Logprobs of ``data``: a datum with a ``start`` whose prefix another datum shares goes
+    through the shared pass; the rest (no start, or a prefix of its own, which would only add a
+    gradient-free pass over it) through the plain full forward."""
+    counts = Counter(_prefix_key(d, s) for d, s in zip(data, starts) if s is not None)
+    shared = [
+        i for i, (d, s) in enumerate(zip(data, starts)) if s is not None and counts[_prefix_key(d, s)] > 1
+    ]
+    plain = sorted(set(range(len(data))) - set(shared))
+    out: list[torch.Tensor] = [torch.zeros(0)] * len(data)
+    if shared:
+        for i, lp in zip(shared, _shared(policy, [data[i] for i in shared], [starts[i] for i in shared])):
+            out[i] = lp
+    if plain:
+        for i, lp in zip(plain, _full(policy, [data[i] for i in plain])):
+            out[i] = lp
+    return out
 
 
 def datum_logprobs(policy: torch.nn.Module, data: list[Datum], weight_key: str) -> list[torch.Tensor]:
@@ -138,31 +151,17 @@ def datum_logprobs(policy: torch.nn.Module, data: list[Datum], weight_key: str) 
     reach (its tail; everywhere for datums scored by the full forward; nowhere for a datum whose
     weights or advantages are all zero, which adds nothing to the loss or its gradient)."""
     inert = [i for i, d in enumerate(data) if not np.any(d.inputs[weight_key])]
-    starts = [None if i in inert else tail_start(d, weight_key) for i, d in enumerate(data)]
-    _alone_to_plain(data, starts)
-    shared = [i for i, s in enumerate(starts) if s is not None]
-    plain = [i for i, s in enumerate(starts) if s is None and i not in inert]
-    out: list[torch.Tensor | None] = [None] * len(data)
+    live = sorted(set(range(len(data))) - set(inert))
+    out: list[torch.Tensor] = [torch.zeros(0)] * len(data)
     if inert:  # no loss term can reach them: their logprobs need no graph, and an RL datum's
         # sampled tail (where the sampler's logprobs are) shares its prompt's pass with its group
-        tails = {i: tail_start(data[i], "logprobs") if "logprobs" in data[i].inputs else None for i in inert}
-        starts_inert = [tails[i] for i in inert]
-        _alone_to_plain([data[i] for i in inert], starts_inert)
-        tails = dict(zip(inert, starts_inert))
+        rows = [data[i] for i in inert]
         with torch.no_grad():
-            forked = [i for i in inert if tails[i] is not None]
-            whole = [i for i in inert if tails[i] is None]
-            if forked:
-                scored = _shared(policy, [data[i] for i in forked], [tails[i] for i in forked])
-                for i, lp in zip(forked, scored):
-                    out[i] = lp
-            if whole:
-                for i, lp in zip(whole, _full(policy, [data[i] for i in whole])):
-                    out[i] = lp
-    if shared:
-        for i, lp in zip(shared, _shared(policy, [data[i] for i in shared], [starts[i] for i in shared])):
+            starts = [tail_start(d, "logprobs") if "logprobs" in d.inputs else None for d in rows]
+            for i, lp in zip(inert, _score(policy, rows, starts)):
+                out[i] = lp
+    if live:
+        rows = [data[i] for i in live]
+        for i, lp in zip(live, _score(policy, rows, [tail_start(d, weight_key) for d in rows])):
             out[i] = lp
-    if plain:
-        for i, lp in zip(plain, _full(policy, [data[i] for i in plain])):
-            out[i] = lp
-    return out  # type: ignore[return-value]
+    return out

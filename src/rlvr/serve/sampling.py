@@ -109,7 +109,8 @@ class Sampler:
         self.snapshots: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
         self.max_snapshots = max_snapshots
         self.loaded = BASE
-        self.engine.weights_key = BASE
+        self.loads = 0  # each load names the engine's weights anew (a name can be saved twice)
+        self.engine.weights_key = (BASE, self.loads)
 
     def add(self, snapshot_id: str, weights: dict[str, torch.Tensor]) -> None:
         """Keep ``weights`` (parameter name → tensor, every parameter of the model) as a snapshot;
@@ -118,6 +119,9 @@ class Sampler:
         if missing:
             raise WireError(f"snapshot {snapshot_id}: weights missing for {missing[:3]}")
         self.snapshots[snapshot_id] = {name: weights[name].detach().clone() for name in self.base}
+        self.snapshots.move_to_end(snapshot_id)
+        if self.loaded == snapshot_id:  # a name saved again: its new weights are not loaded yet
+            self.loaded = ""
         while len(self.snapshots) > self.max_snapshots:
             dropped, _ = self.snapshots.popitem(last=False)
             if self.loaded == dropped:
@@ -142,7 +146,8 @@ class Sampler:
         for name, p in self.model.named_parameters():
             p.copy_(weights[name])
         self.loaded = snapshot_id
-        self.engine.weights_key = snapshot_id  # its packed decoders are rebuilt for these weights
+        self.loads += 1
+        self.engine.weights_key = (snapshot_id, self.loads)  # its packed decoders are rebuilt
 
     def sample(self, snapshot_id: str, prompts: list[list[int]], spec: SampleSpec) -> list[list[Sequence]]:
         """``spec.num_samples`` sequences for each prompt, from the snapshot's weights. Requests for

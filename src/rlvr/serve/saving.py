@@ -48,22 +48,23 @@ class CheckpointRequests:
             ckpt.plain(name, "save_weights_for_sampler: path")
 
         def save() -> dict[str, Any]:
-            snapshot = f"{run}/{model.steps}/{uuid.uuid4().hex[:8]}"
-            self.sampler.add(snapshot, merged_weights(model.policy))
             if name is None:
+                snapshot = f"{run}/{model.steps}/{uuid.uuid4().hex[:8]}"
+                self.sampler.add(snapshot, merged_weights(model.policy))
                 return {"sampling_session_id": self._new_sampling_session(snapshot)}
+            # a named snapshot is held under its path, so a sampling client made from the path
+            # right after finds it in memory instead of reading it back from disk
+            path = ckpt.tinker_path(run, "sampler_weights", name)
             directory = ckpt.fresh_dir(self.settings.root, run, "sampler_weights", name, True)
-            self.sampler.load(snapshot)
+            self.sampler.add(path, merged_weights(model.policy))
+            self.sampler.load(path)
             ckpt.save_sampler(directory, self.sampler.model, self.tokenizer, self._meta(model))
-            return {
-                "path": ckpt.tinker_path(run, "sampler_weights", name),
-                "type": "save_weights_for_sampler",
-            }
+            return {"path": path, "type": "save_weights_for_sampler"}
 
         return self.submit(save, name="save_weights_for_sampler")
 
     def load_weights(self, body: dict[str, Any]) -> Future:
-        kind, directory = ckpt.resolve(self.settings.root, body.get("path"), "weights")
+        _, directory = ckpt.resolve(self.settings.root, body.get("path"), "weights")
         with_optimizer = bool(body.get("optimizer", False))
         meta = ckpt.read_meta(directory)
         if body.get("model_id") is not None:

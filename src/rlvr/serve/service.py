@@ -80,9 +80,8 @@ class Service(CheckpointRequests):
         self.tokenizer = load_tokenizer(self.path)
         self._load_model = lambda: load_model(self.path)
         self.sampler = Sampler(self._load_model(), self.tokenizer, settings.max_snapshots, settings.seed)
-        self.sessions: dict[str, float] = {}
+        self.sessions: set[str] = set()
         self.models: dict[str, TrainedModel] = {}
-        self.model_sessions: dict[str, str] = {}
         self.sampling: dict[str, str] = {}  # sampling session id → snapshot id (or a sampler dir)
         self.futures: dict[str, Future] = {}
         self.queue: deque[Task] = deque()
@@ -96,15 +95,14 @@ class Service(CheckpointRequests):
     def create_session(self) -> str:
         session_id = f"s{uuid.uuid4().hex[:12]}"
         with self.lock:
-            self.sessions[session_id] = time.time()
+            self.sessions.add(session_id)
         return session_id
 
     def finish_session(self, session_id: str) -> None:
         with self.lock:
-            self.sessions.pop(session_id, None)
-            for model_id in [m for m, s in self.model_sessions.items() if s == session_id]:
-                self.model_sessions.pop(model_id)
-                self.models.pop(model_id, None)
+            self.sessions.discard(session_id)
+            for model_id in [m for m, model in self.models.items() if model.session_id == session_id]:
+                del self.models[model_id]
 
     def model(self, model_id: Any) -> TrainedModel:
         with self.lock:
@@ -197,7 +195,7 @@ class Service(CheckpointRequests):
                         self.queue.remove(other)
                     batch += rest
             start = time.perf_counter()
-            if len(batch) > 1 or task.sample is not None:
+            if task.sample is not None:
                 self._run_samples(batch)
             else:
                 self._finish(task.future, task.run)
@@ -209,14 +207,18 @@ class Service(CheckpointRequests):
             )
 
     @staticmethod
-    def _finish(future: Future, run: Callable[[], dict[str, Any] | bytes]) -> None:
+    def _outcome(run: Callable[[], Any], name: str) -> tuple[Any, dict[str, str] | None]:
+        """``run()``'s result, or the error the client gets instead (the server lives on)."""
         try:
-            future.result = run()
+            return run(), None
         except WireError as err:
-            future.error = {"error": str(err), "category": "user"}
-        except Exception as err:  # a bug or resource failure: the client sees it, the server lives
-            log.error("request %s failed:\n%s", future.request_id, traceback.format_exc())
-            future.error = {"error": f"internal error: {type(err).__name__}: {err}", "category": "server"}
+            return None, {"error": str(err), "category": "user"}
+        except Exception as err:  # a bug or resource failure
+            log.error("%s failed:\n%s", name, traceback.format_exc())
+            return None, {"error": f"internal error: {type(err).__name__}: {err}", "category": "server"}
+
+    def _finish(self, future: Future, run: Callable[[], dict[str, Any] | bytes]) -> None:
+        future.result, future.error = self._outcome(run, f"request {future.request_id}")
         future.done.set()
 
     def stop(self) -> None:
@@ -248,29 +250,41 @@ class Service(CheckpointRequests):
             model_id = f"{session_id}:train:{seq}"
             if model_id in self.models:
                 raise WireError(f"model {model_id} exists")
+        self._check_room()
+        return model_id
+
+    def _check_room(self) -> None:
+        """Refused early (at submission) and again where the model is built (in the worker: two
+        creations submitted together cannot both pass)."""
+        with self.lock:
             if len(self.models) >= self.settings.max_models:
                 raise WireError(
-                    f"this server holds {self.settings.max_models} training models already "
-                    "(rlvr serve --max-models; a finished session frees its models)"
+                    f"this server holds {self.settings.max_models} training models already, its limit "
+                    "(ServeSettings.max_models); a finished session frees its models"
                 )
-        return model_id
 
     def _build(self, model_id: str, session_id: str, lora: dict[str, Any]) -> TrainedModel:
         from rlvr.config.schema import LoraConfig
         from rlvr.models.lora import apply_lora
 
-        rank = 0 if self.settings.full else lora.get("rank", 32)
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= 1024:
+        self._check_room()
+        rank = lora.get("rank", 32)
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= 1024:
             raise WireError(f"lora_config.rank must be an integer from 1 to 1024, got {rank!r}")
+        flags = {key: lora.get(key, True) for key in ("train_attn", "train_mlp", "train_unembed")}
+        for key, value in flags.items():
+            if not isinstance(value, bool):
+                raise WireError(f"lora_config.{key} must be true or false, got {value!r}")
+        rank = 0 if self.settings.full else rank
         policy = self._load_model()
         if rank > 0:
             targets = []
-            if lora.get("train_attn", True):
+            if flags["train_attn"]:
                 targets += ["q_proj", "k_proj", "v_proj", "o_proj"]
-            if lora.get("train_mlp", True):
+            if flags["train_mlp"]:
                 targets += ["gate_proj", "up_proj", "down_proj"]
             tied = getattr(policy.config, "tie_word_embeddings", False)
-            if lora.get("train_unembed", True) and not tied:  # a tied head shares the embedding's weight
+            if flags["train_unembed"] and not tied:  # a tied head shares the embedding's weight
                 targets.append("lm_head")
             if not targets:
                 raise WireError(
@@ -284,10 +298,10 @@ class Service(CheckpointRequests):
                 policy, LoraConfig(r=rank, alpha=self.settings.lora_alpha, target_modules=targets)
             )
         model = TrainedModel(model_id, policy, rank, self.settings.micro_batch)
+        model.session_id = session_id
         model.lora_config = dict(lora)  # kept in its checkpoints: a load rebuilds the same adapters
         with self.lock:
             self.models[model_id] = model
-            self.model_sessions[model_id] = session_id
         return model
 
     def forward_backward(self, body: bytes, forward_only: bool | None = None) -> Future:
@@ -333,7 +347,10 @@ class Service(CheckpointRequests):
         with_prompt = bool(body.get("prompt_logprobs", False))
         key = None if spec.seed is not None or with_prompt else (snapshot, spec)
         future = self.submit(
-            lambda: b"", name="sample", batch_key=key, sample=(snapshot, prompt, spec, with_prompt)
+            lambda: b"",  # unused: sample tasks run in batches (_run_samples)
+            name="sample",
+            batch_key=key,
+            sample=(snapshot, prompt, spec, with_prompt),
         )
         return future, spec.num_samples
 
@@ -347,19 +364,18 @@ class Service(CheckpointRequests):
         return snapshot
 
     def _run_samples(self, batch: list[Task]) -> None:
+        """One engine call for the batch's prompts; each request gets its own response (or the
+        batch's error)."""
         snapshot, _, spec, with_prompt = batch[0].sample  # type: ignore[misc]
 
-        def run_all() -> None:
+        def run_all() -> list[bytes]:
             snap = self._snapshot(snapshot)
             prompts = [t.sample[1] for t in batch]  # type: ignore[index]
             groups = self.sampler.sample(snap, prompts, spec)
             logprobs = self.sampler.prompt_logprobs(snap, prompts[0]) if with_prompt else None
-            for task, group in zip(batch, groups):
-                task.future.result = encode_sample_response(group, logprobs)
+            return [encode_sample_response(group, logprobs) for group in groups]
 
-        holder = Future("batch")
-        self._finish(holder, lambda: run_all() or b"")
-        for task in batch:
-            if holder.error is not None:
-                task.future.error = holder.error
+        results, error = self._outcome(run_all, f"sample batch of {len(batch)}")
+        for i, task in enumerate(batch):
+            task.future.result, task.future.error = (results[i] if results else None), error
             task.future.done.set()

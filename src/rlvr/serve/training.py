@@ -117,16 +117,20 @@ def check_datums(fb: ForwardBackward, vocab_size: int, max_length: int) -> None:
             if key != "target_tokens" and not np.isfinite(value).all():
                 raise WireError(f"datum {i}: loss_fn_inputs[{key!r}] holds a non-finite value")
         targets = datum.inputs["target_tokens"]
+        if not np.issubdtype(targets.dtype, np.integer):
+            raise WireError(
+                f"datum {i}: loss_fn_inputs['target_tokens'] must be integers, got {targets.dtype}"
+            )
         if targets.min() < 0 or targets.max() >= vocab_size:
             raise WireError(f"datum {i}: a target token id is outside the vocabulary [0, {vocab_size})")
 
 
-def _padded(data: list[Datum], key: str | None, dtype: torch.dtype, pad: float) -> torch.Tensor:
-    width = max(d.tokens.size for d in data)
-    out = torch.full((len(data), width), pad, dtype=dtype)
+def _padded(data: list[Datum], key: str) -> torch.Tensor:
+    """The datums' ``key`` input as float32 [B, N], zero-padded on the right."""
+    out = torch.zeros((len(data), max(d.tokens.size for d in data)))
     for row, datum in enumerate(data):
-        values = datum.tokens if key is None else datum.inputs[key]
-        out[row, : values.size] = torch.tensor(np.asarray(values), dtype=dtype)
+        values = datum.inputs[key]
+        out[row, : values.size] = torch.tensor(values, dtype=torch.float32)
     return out
 
 
@@ -138,10 +142,10 @@ class TrainedModel:
         self.policy = policy
         self.lora_rank = lora_rank  # 0: every weight is trained
         self.lora_config: dict[str, Any] = {}  # what the client asked for (rank, seed, train_*)
+        self.session_id = ""  # the client session it belongs to (its end frees the model)
         self.micro_batch = micro_batch
         self.optimizer: torch.optim.Optimizer | None = None
         self.steps = 0
-        self.pending_grad = False
         config = getattr(policy, "config", None)
         self.vocab_size = int(policy.get_output_embeddings().weight.shape[0])
         self.max_length = int(getattr(config, "max_position_embeddings", 8192) or 8192)
@@ -164,7 +168,6 @@ class TrainedModel:
                 loss = self._loss(fb.loss_fn, part, logprobs, mask, settings)
             if not fb.forward_only and loss.requires_grad:  # (datums of zero weight have no graph)
                 loss.backward()
-                self.pending_grad = True
             total += float(loss.detach())
             for row, datum in enumerate(part):
                 outputs.append(logprobs[row, : datum.tokens.size].detach().numpy().astype(np.float32))
@@ -186,10 +189,10 @@ class TrainedModel:
         name: str, data: list[Datum], logprobs: torch.Tensor, mask: torch.Tensor, settings: dict[str, float]
     ) -> torch.Tensor:
         if name == "cross_entropy":
-            weights = _padded(data, "weights", torch.float32, 0.0)
+            weights = _padded(data, "weights")
             return -(weights * logprobs * mask).sum()
-        sampler = _padded(data, "logprobs", torch.float32, 0.0)
-        advantages = _padded(data, "advantages", torch.float32, 0.0)
+        sampler = _padded(data, "logprobs")
+        advantages = _padded(data, "advantages")
         per_token, _ = POLICY_LOSSES.get(RL_LOSSES[name])(logprobs, sampler, advantages, mask, **settings)
         return (per_token * token_weights(mask, "token-sum")).sum()
 
@@ -220,11 +223,12 @@ class TrainedModel:
                 weight_decay=adam.weight_decay,
             )
         grads = [p.grad for p in params if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
-        if adam.grad_clip_norm > 0 and grads:
-            torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm)
+        norm = 0.0
+        if grads and adam.grad_clip_norm > 0:  # clipping computes the norm it reports
+            norm = float(torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm))
+        elif grads:
+            norm = float(torch.nn.utils.get_total_norm(grads))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        self.pending_grad = False
         self.steps += 1
         return {"grad_norm": norm, "learning_rate": adam.learning_rate}

@@ -68,6 +68,13 @@ def _textarena(count: int, seed: int, split: str, **config: Any) -> list[Example
     return textarena_examples(count, seed, split, **config)
 
 
+@register_env_dataset("openenv")
+def _openenv(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.textarena_game import seeded_examples
+
+    return seeded_examples("openenv", count, seed, split, **config)
+
+
 @register_env_dataset("code_functions")
 def _code_functions(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     from rlvr.data.code_functions import code_function_examples

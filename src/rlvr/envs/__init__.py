@@ -4,6 +4,7 @@ from rlvr.envs.base import ENVIRONMENTS, Environment, Step, make_env, register_e
 from rlvr.envs.calculator import Calculator
 from rlvr.envs.frozen_lake import FrozenLake
 from rlvr.envs.guess_number import GuessNumber
+from rlvr.envs.openenv_env import OpenEnvEnvironment
 from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
 from rlvr.envs.self_verify import SelfVerify
@@ -16,6 +17,7 @@ __all__ = [
     "Environment",
     "FrozenLake",
     "GuessNumber",
+    "OpenEnvEnvironment",
     "PythonTool",
     "SearchEnv",
     "SelfVerify",

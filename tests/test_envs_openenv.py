@@ -1,0 +1,184 @@
+"""OpenEnv environments through ``env.name: openenv``: a small OpenEnv environment made here, played by
+a scripted player through rlvr's multi-turn episode loop, in process and behind OpenEnv's own server
+(its WebSocket protocol, a server on a port the OS picks)."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from test_envs_games_wiring import PolicyEngine
+
+core = pytest.importorskip("openenv.core")
+
+from openenv.core.env_server import Environment, create_app  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+
+from rlvr.envs import make_env  # noqa: E402
+from rlvr.envs.openenv_env import OpenEnvEnvironment, render_observation  # noqa: E402
+from rlvr.envs.textarena_game import seeded_examples  # noqa: E402
+from rlvr.errors import RlvrError  # noqa: E402
+from rlvr.models import load_tokenizer  # noqa: E402
+from rlvr.rollout import SamplingParams  # noqa: E402
+from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes  # noqa: E402
+
+FIRST_NUMBER = re.compile(r"\d+")
+
+
+class Say(Action):
+    message: str
+
+
+class Board(Observation):
+    text: str = ""
+    hint: str = ""
+
+
+class FindIt(Environment):
+    """Find a secret from 1 to 3, told higher/lower; 0.25 for each wrong guess, 1 for the secret."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, bad_final: Any = 1.0, huge: bool = False) -> None:
+        super().__init__()
+        self.bad_final, self.huge, self._state, self.secret = bad_final, huge, State(), 0
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Board:
+        self.secret = random.Random(seed).randint(1, 3)
+        self._state = State(episode_id=episode_id, step_count=0)
+        return Board(text="Find my number from 1 to 3." + ("x" * 50_000 if self.huge else ""), hint="start")
+
+    def step(self, action: Say, timeout_s: float | None = None, **kwargs: Any) -> Board:
+        found = FIRST_NUMBER.search(action.message)
+        guess = int(found.group()) if found else 0
+        if guess == self.secret:
+            reward = None if self.bad_final == "none" else self.bad_final
+            return Board(text="Yes.", reward=reward, done=True)
+        return Board(text="higher" if guess < self.secret else "lower", hint="again", reward=0.25)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+def counting_player(messages: list[dict[str, str]]) -> str:
+    """Guesses 1, 2, 3 in turn: finds every secret within three tries."""
+    return f"{sum(m['role'] == 'assistant' for m in messages) + 1}"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("tiny-random")
+
+
+@pytest.fixture(scope="module")
+def server():
+    """FindIt behind OpenEnv's own server (uvicorn), on a socket bound to a free port."""
+    import uvicorn
+
+    app = create_app(lambda: FindIt(), Say, Board, max_concurrent_envs=8)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning")
+    serving = uvicorn.Server(config)
+    thread = threading.Thread(target=serving.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not serving.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert serving.started
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    serving.should_exit = True
+    thread.join(10)
+
+
+IN_PROCESS = {"environment": "test_envs_openenv:FindIt", "observation_field": "text"}
+
+
+def _play(tok, params: dict, count: int = 3, policy=counting_player):
+    examples = seeded_examples("openenv", count, 0, "eval")
+    stats = EpisodeStats()
+    with ThreadPoolExecutor(2) as threads:
+        groups = run_episodes(
+            PolicyEngine(tok, policy),
+            tok,
+            list(enumerate(examples)),
+            lambda e: make_env("openenv", params),
+            SamplingParams(n=2, max_new_tokens=16),
+            EpisodeLimits(max_turns=5, max_tokens=1024),
+            threads,
+            stats,
+        )
+    return groups, stats
+
+
+def _check_played(tok, groups, stats) -> None:
+    lengths = set()
+    for group in groups:
+        for t in group:
+            turns = int(t.rewards["env/turns"])
+            # each observation's reward lands on the turn that caused it
+            assert t.turn_rewards == [0.25] * (turns - 1) + [1.0]
+            assert t.rewards["env/reward"] == pytest.approx(0.25 * (turns - 1) + 1.0)
+            assert [s.kind for s in t.segments] == ["sampled", "context"] * (turns - 1) + ["sampled"]
+            text = tok.decode(t.prompt_ids + t.response_ids)
+            assert text.count("Find my number") == 1 and ("higher" in text) == (turns > 1)
+            lengths.add(turns)
+    assert stats.counters.get("env_errors", 0.0) == 0.0 and len(lengths) > 1
+
+
+def test_an_in_process_openenv_environment_is_played_with_per_turn_rewards(tok) -> None:
+    groups, stats = _play(tok, IN_PROCESS)
+    _check_played(tok, groups, stats)
+
+
+def test_an_openenv_server_is_played_through_openenvs_own_client(tok, server) -> None:
+    groups, stats = _play(tok, {"base_url": server, "observation_field": "text"})
+    _check_played(tok, groups, stats)
+    # the same seeds give the same episodes in process and over the wire
+    local, _ = _play(tok, IN_PROCESS)
+    assert [[t.turn_rewards for t in g] for g in groups] == [[t.turn_rewards for t in g] for g in local]
+
+
+def test_an_episode_ending_without_a_reward_or_with_a_bad_one_is_an_error(tok) -> None:
+    for bad, message in (("none", "without a reward"), (math.nan, "not a finite number")):
+        params = {**IN_PROCESS, "env_kwargs": {"bad_final": bad}}
+        groups, stats = _play(tok, params, count=2)
+        assert stats.counters["env_errors"] == 4.0
+        assert all(message in t.errors["env"] for g in groups for t in g)
+
+
+def test_observations_are_rendered_and_capped() -> None:
+    observation = {"text": "a", "hint": "b", "done": False, "reward": 0.0, "metadata": {"k": 1}}
+    assert render_observation(observation, "text", 100) == "a"
+    assert render_observation(observation, None, 100) == "text: a\nhint: b"
+    assert render_observation({"text": "a", "done": True}, None, 100) == "a"
+    assert render_observation({"text": "y" * 50}, None, 10) == "y" * 10 + "\n[... 40 characters cut]"
+    with pytest.raises(RuntimeError, match="no field 'board'"):
+        render_observation(observation, "board", 100)
+    env = make_env("openenv", {**IN_PROCESS, "env_kwargs": {"huge": True}, "max_observation_chars": 500})
+    (first,) = env.reset(seeded_examples("openenv", 1, 0)[0], random.Random(0))
+    assert len(first["content"]) < 600
+
+
+def test_the_environment_is_chosen_by_the_config_never_by_a_data_row() -> None:
+    assert OpenEnvEnvironment.data_params == {}
+    with pytest.raises(RlvrError, match="exactly one of base_url"):
+        OpenEnvEnvironment()
+    with pytest.raises(RlvrError, match="exactly one of base_url"):
+        OpenEnvEnvironment(base_url="http://127.0.0.1:1", environment="test_envs_openenv:FindIt")
+    with pytest.raises(RlvrError, match="not an OpenEnv Environment"):
+        OpenEnvEnvironment(environment="test_envs_openenv:Say")
+    with pytest.raises(RlvrError, match="cannot import"):
+        OpenEnvEnvironment(environment="test_envs_openenv:Nope")
+    # the action class is read from step()'s type hint
+    assert OpenEnvEnvironment(environment="test_envs_openenv:FindIt").action_type is Say
+    with pytest.raises(ValueError, match="task_config takes nothing"):
+        seeded_examples("openenv", 2, 0, "train", base_url="http://evil")

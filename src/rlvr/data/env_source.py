@@ -75,6 +75,13 @@ def _openenv(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     return seeded_examples("openenv", count, seed, split, **config)
 
 
+@register_env_dataset("verifiers")
+def _verifiers(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.envs.verifiers_env import verifiers_examples
+
+    return verifiers_examples(count, seed, split, **config)
+
+
 @register_env_dataset("code_functions")
 def _code_functions(count: int, seed: int, split: str, **config: Any) -> list[Example]:
     from rlvr.data.code_functions import code_function_examples

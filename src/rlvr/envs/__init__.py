@@ -9,6 +9,7 @@ from rlvr.envs.python_tool import PythonTool
 from rlvr.envs.search import SearchEnv, search_examples
 from rlvr.envs.self_verify import SelfVerify
 from rlvr.envs.textarena_game import TextArenaGame
+from rlvr.envs.verifiers_env import VerifiersEnv
 from rlvr.envs.wordle import Wordle
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "SelfVerify",
     "Step",
     "TextArenaGame",
+    "VerifiersEnv",
     "Wordle",
     "make_env",
     "register_env",

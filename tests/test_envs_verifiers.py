@@ -116,9 +116,8 @@ def test_a_verifiers_environment_is_played_turn_by_turn_and_scored_by_verifiers(
             turns = int(t.rewards["env/turns"])
             assert turns == 1 + example.metadata["task_index"] % 3  # the secret is found on guess #secret
             # verifiers' own score: found (weight 1) + speed (weight 0.5), on the last turn
-            assert t.rewards["env/reward/found"] == 1.0 and t.rewards["env/reward/speed"] == pytest.approx(
-                1 / turns
-            )
+            assert t.rewards["env/reward/found"] == 1.0 and t.rewards["env/solved"] == 1.0
+            assert t.rewards["env/reward/speed"] == pytest.approx(1 / turns)
             assert t.turn_rewards == [0.0] * (turns - 1) + [pytest.approx(1.0 + 0.5 / turns)]
             assert [s.kind for s in t.segments] == ["sampled", "context"] * (turns - 1) + ["sampled"]
             text = tok.decode(t.prompt_ids + t.response_ids)

@@ -207,8 +207,8 @@ def _plain(message: Any, limit: int) -> Message:
 
 @register_env("verifiers")
 class VerifiersEnv(Environment):
-    """One verifiers episode. ``outcome()``: ``reward`` (the trace's), ``turns``, and each named
-    reward's score (``reward/<name>``)."""
+    """One verifiers episode. ``outcome()``: ``reward`` (the trace's), ``solved`` (that reward
+    reaches 1), ``turns``, and each named reward's score (``reward/<name>``)."""
 
     data_params: dict = {}  # a data row chooses its task by metadata.task_index only
 
@@ -317,6 +317,7 @@ class VerifiersEnv(Environment):
     def outcome(self) -> dict[str, float]:
         return {
             "reward": self.reward,
+            "solved": float(self.reward >= 1.0),
             "turns": float(self.turns),
             **{f"reward/{k}": v for k, v in self.scores.items()},
         }

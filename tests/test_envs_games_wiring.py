@@ -92,14 +92,18 @@ GAME_EXAMPLES = {
 }
 
 
-def _episodes(tok, engine, examples, n: int = 2, max_turns: int = 12) -> tuple[list, EpisodeStats]:
+def play_episodes(
+    tok, engine, examples, n: int = 2, max_turns: int = 12, make: Callable | None = None
+) -> tuple[list, EpisodeStats]:
+    """Each example's episodes (``n`` of them) through the episode loop, in the environment its
+    metadata names, or the one ``make(example)`` builds."""
     stats = EpisodeStats()
     with ThreadPoolExecutor(2) as threads:
         groups = run_episodes(
             engine,
             tok,
             list(enumerate(examples)),
-            lambda e: make_env(e.metadata["env"], e.metadata["env_params"]),
+            make or (lambda e: make_env(e.metadata["env"], e.metadata["env_params"])),
             SamplingParams(n=n, max_new_tokens=16),
             EpisodeLimits(max_turns=max_turns, max_tokens=1024),
             threads,
@@ -111,7 +115,7 @@ def _episodes(tok, engine, examples, n: int = 2, max_turns: int = 12) -> tuple[l
 @pytest.mark.parametrize("game", GAME_EXAMPLES)
 def test_the_optimal_player_wins_through_the_episode_loop(tok, game):
     examples = GAME_EXAMPLES[game](3, 0, "eval")
-    groups, stats = _episodes(tok, PolicyEngine(tok, oracle), examples)
+    groups, stats = play_episodes(tok, PolicyEngine(tok, oracle), examples)
     turns = 0
     for group in groups:
         for t in group:
@@ -129,7 +133,7 @@ def test_a_scripted_frozenlake_walk_through_the_episode_loop(tok):
     example = frozen_lake.frozenlake_examples(1, 3, demonstrate=False)[0]
     path = frozen_lake.shortest_path(frozen_lake.make_board(example.metadata["seed"]), (0, 0))
     engine = ScriptedEngine(tok, [f"<move>{m}</move>" for m in path for _ in range(2)])  # 2 messages a turn
-    groups, _ = _episodes(tok, engine, [example], n=1)
+    groups, _ = play_episodes(tok, engine, [example], n=1)
     episode = groups[0][0]
     assert episode.finish_reason == "stop" and episode.turn_rewards[-1] == 1.0
     assert len(episode.turn_rewards) == len(path)
@@ -138,7 +142,7 @@ def test_a_scripted_frozenlake_walk_through_the_episode_loop(tok):
 @pytest.mark.parametrize("game", GAME_EXAMPLES)
 def test_invalid_turns_are_counted_until_the_turn_limit(tok, game):
     engine = ScriptedEngine(tok, ["I am not sure what to do."])
-    groups, stats = _episodes(tok, engine, GAME_EXAMPLES[game](2, 0), n=2, max_turns=3)
+    groups, stats = play_episodes(tok, engine, GAME_EXAMPLES[game](2, 0), n=2, max_turns=3)
     assert all(t.finish_reason == "max_turns" and t.turn_rewards == [0.0] * 3 for g in groups for t in g)
     assert stats.counters["invalid_actions"] == 3 * 4 and stats.counters["turns"] == 3 * 4
     assert all(t.rewards["env/solved"] == 0.0 for g in groups for t in g)

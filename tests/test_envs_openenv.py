@@ -10,11 +10,10 @@ import re
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from test_envs_games_wiring import PolicyEngine
+from test_envs_games_wiring import PolicyEngine, play_episodes
 
 core = pytest.importorskip("openenv.core")
 
@@ -26,8 +25,6 @@ from rlvr.envs.openenv_env import OpenEnvEnvironment, render_observation  # noqa
 from rlvr.envs.textarena_game import seeded_examples  # noqa: E402
 from rlvr.errors import RlvrError  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
-from rlvr.rollout import SamplingParams  # noqa: E402
-from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes  # noqa: E402
 
 FIRST_NUMBER = re.compile(r"\d+")
 
@@ -104,19 +101,8 @@ IN_PROCESS = {"environment": "test_envs_openenv:FindIt", "observation_field": "t
 
 def _play(tok, params: dict, count: int = 3, policy=counting_player):
     examples = seeded_examples("openenv", count, 0, "eval")
-    stats = EpisodeStats()
-    with ThreadPoolExecutor(2) as threads:
-        groups = run_episodes(
-            PolicyEngine(tok, policy),
-            tok,
-            list(enumerate(examples)),
-            lambda e: make_env("openenv", params),
-            SamplingParams(n=2, max_new_tokens=16),
-            EpisodeLimits(max_turns=5, max_tokens=1024),
-            threads,
-            stats,
-        )
-    return groups, stats
+    make = lambda e: make_env("openenv", params)  # noqa: E731
+    return play_episodes(tok, PolicyEngine(tok, policy), examples, max_turns=5, make=make)
 
 
 def _check_played(tok, groups, stats) -> None:

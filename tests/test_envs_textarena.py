@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import random
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_envs_games_wiring import PolicyEngine
+from test_envs_games_wiring import PolicyEngine, play_episodes
 from tiny import TINY_RUN
 
 ta = pytest.importorskip("textarena")
@@ -18,8 +17,6 @@ from rlvr.config import load_config  # noqa: E402
 from rlvr.envs import make_env  # noqa: E402
 from rlvr.envs.textarena_game import TextArenaGame, textarena_examples  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
-from rlvr.rollout import SamplingParams  # noqa: E402
-from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes  # noqa: E402
 
 
 class TinyGuess(ta.Env):
@@ -76,19 +73,8 @@ def tok():
 
 def _play(tok, env_id: str, policy, count: int = 3):
     examples = textarena_examples(count, 0, "eval")
-    stats = EpisodeStats()
-    with ThreadPoolExecutor(2) as threads:
-        groups = run_episodes(
-            PolicyEngine(tok, policy),
-            tok,
-            list(enumerate(examples)),
-            lambda e: make_env("textarena", {"env_id": env_id}),
-            SamplingParams(n=2, max_new_tokens=16),
-            EpisodeLimits(max_turns=6, max_tokens=1024),
-            threads,
-            stats,
-        )
-    return groups, stats
+    make = lambda e: make_env("textarena", {"env_id": env_id})  # noqa: E731
+    return play_episodes(tok, PolicyEngine(tok, policy), examples, max_turns=6, make=make)
 
 
 def test_a_textarena_game_is_played_turn_by_turn_with_its_own_reward(tok) -> None:

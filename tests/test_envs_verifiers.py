@@ -7,10 +7,9 @@ from __future__ import annotations
 import random
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_envs_games_wiring import PolicyEngine
+from test_envs_games_wiring import PolicyEngine, play_episodes
 
 pytest.importorskip("verifiers.v1")
 
@@ -18,8 +17,6 @@ from rlvr.data.env_source import load_env_examples  # noqa: E402
 from rlvr.envs import make_env  # noqa: E402
 from rlvr.errors import RlvrError  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
-from rlvr.rollout import SamplingParams  # noqa: E402
-from rlvr.rollout.episodes import EpisodeLimits, EpisodeStats, run_episodes  # noqa: E402
 
 TASKSET = """
 import re
@@ -92,19 +89,11 @@ def counting_player(messages: list[dict[str, str]]) -> str:
 
 def _play(tok, taskset: str, count: int = 3):
     examples = load_env_examples("verifiers", count, 0, "train", {"taskset": taskset})
-    stats = EpisodeStats()
-    with ThreadPoolExecutor(2) as threads:
-        groups = run_episodes(
-            PolicyEngine(tok, counting_player),
-            tok,
-            list(enumerate(examples)),
-            lambda e: make_env("verifiers", {"taskset": taskset}),
-            SamplingParams(n=2, max_new_tokens=16),
-            EpisodeLimits(max_turns=5, max_tokens=1024),
-            threads,
-            stats,
-        )
-    return examples, groups, stats
+    make = lambda e: make_env("verifiers", {"taskset": taskset})  # noqa: E731
+    return (
+        examples,
+        *play_episodes(tok, PolicyEngine(tok, counting_player), examples, max_turns=5, make=make),
+    )
 
 
 def test_a_verifiers_environment_is_played_turn_by_turn_and_scored_by_verifiers(tok) -> None:

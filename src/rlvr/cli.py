@@ -313,6 +313,12 @@ def serve(
         int | None, typer.Option("--threads", help="torch threads (default: torch's).")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed for requests without one.")] = 0,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Sampling engine: hf, or vllm (make vllm; a server started here).")
+    ] = "hf",
+    vllm_url: Annotated[
+        str | None, typer.Option("--vllm-url", help="With --engine vllm: a running rlvr vLLM server.")
+    ] = None,
 ) -> None:
     """Serve the Tinker training API (forward_backward, optim_step, sample, checkpoints) on this machine."""
     from pathlib import Path
@@ -320,7 +326,15 @@ def serve(
     from rlvr.serve.main import serve as run_server
     from rlvr.serve.service import ServeSettings
 
-    settings = ServeSettings(model=model, root=Path(root), full=full, lora_alpha=lora_alpha, seed=seed)
+    settings = ServeSettings(
+        model=model,
+        root=Path(root),
+        full=full,
+        lora_alpha=lora_alpha,
+        seed=seed,
+        engine=engine,
+        vllm_url=vllm_url,
+    )
     run_server(settings, host, port, api_key, threads)
 
 

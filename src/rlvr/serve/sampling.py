@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -99,11 +100,22 @@ class SampleSpec:
 class Sampler:
     """The sampling copy of the model, its engine, and the snapshots it can load."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, max_snapshots: int = 3, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        max_snapshots: int = 3,
+        seed: int = 0,
+        engine: Callable[[torch.nn.Module, Any, int], Any] | None = None,
+    ) -> None:
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self.engine = HFEngine(model, tokenizer, seed=seed)
+        # rlvr's HF engine on this copy of the model, or another engine (vLLM) built on it, which
+        # is sent the copy's weights whenever a snapshot is loaded
+        build = engine or (lambda m, t, s: HFEngine(m, t, seed=s))
+        self.engine = build(model, tokenizer, seed)
+        self.remote = not isinstance(self.engine, HFEngine)
         self.default_stop = list(self.engine.stop_token_ids)
         self.base = {name: p.detach().clone() for name, p in model.named_parameters()}
         self.snapshots: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
@@ -145,6 +157,8 @@ class Sampler:
         self.loaded = ""
         for name, p in self.model.named_parameters():
             p.copy_(weights[name])
+        if self.remote:
+            self.engine.sync_weights(self.model)
         self.loaded = snapshot_id
         self.loads += 1
         self.engine.weights_key = (snapshot_id, self.loads)  # its packed decoders are rebuilt
@@ -182,6 +196,11 @@ class Sampler:
             [Sequence(c.token_ids, c.logprobs, c.finish_reason != "length") for c in group]
             for group in groups
         ]
+
+    def close(self) -> None:
+        """Stop the engine's server, if it has one."""
+        if self.remote:
+            self.engine.close()
 
     @torch.no_grad()
     def prompt_logprobs(self, snapshot_id: str, prompt: list[int]) -> list[float]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from rlvr.errors import RlvrError
 from rlvr.serve import checkpoints as ckpt
 from rlvr.serve.sampling import BASE, Sampler, SampleSpec
 from rlvr.serve.saving import CheckpointRequests
@@ -51,6 +52,8 @@ class ServeSettings:
     micro_batch: int = 16
     sample_batch_wait_s: float = 0.05
     seed: int = 0
+    engine: str = "hf"  # the sampler's engine: hf (in process) or vllm (a vLLM server, make vllm)
+    vllm_url: str | None = None  # with engine vllm: a running rlvr vLLM server instead of starting one
 
 
 @dataclass
@@ -79,7 +82,13 @@ class Service(CheckpointRequests):
         self.names = {settings.model, self.path}
         self.tokenizer = load_tokenizer(self.path)
         self._load_model = lambda: load_model(self.path)
-        self.sampler = Sampler(self._load_model(), self.tokenizer, settings.max_snapshots, settings.seed)
+        self.sampler = Sampler(
+            self._load_model(),
+            self.tokenizer,
+            settings.max_snapshots,
+            settings.seed,
+            engine=_engine(settings, self.path),
+        )
         self.sessions: set[str] = set()
         self.models: dict[str, TrainedModel] = {}
         self.sampling: dict[str, str] = {}  # sampling session id → snapshot id (or a sampler dir)
@@ -225,6 +234,7 @@ class Service(CheckpointRequests):
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+        self.sampler.close()
 
     # ---- training ----
     def create_model(self, body: dict[str, Any]) -> Future:
@@ -379,3 +389,25 @@ class Service(CheckpointRequests):
         for i, task in enumerate(batch):
             task.future.result, task.future.error = (results[i] if results else None), error
             task.future.done.set()
+
+
+def _engine(settings: ServeSettings, path: str) -> Callable[[Any, Any, int], Any] | None:
+    """How the sampler builds its engine: None for rlvr's HF engine; for ``vllm``, rlvr's vLLM engine
+    on a server started here (``make vllm``'s environment, its log under ``--root``) or reached at
+    ``vllm_url``, built as ``rlvr train`` builds it with ``rollout.engine: vllm``."""
+    if settings.engine == "hf":
+        return None
+    if settings.engine != "vllm":
+        raise RlvrError(f"rlvr serve --engine: hf or vllm, not {settings.engine!r}")
+
+    def build(model: Any, tokenizer: Any, seed: int) -> Any:
+        from rlvr.config import load_config
+        from rlvr.rollout.from_config import build_vllm_engine
+
+        overrides = [f"model.name={path}", "rollout.engine=vllm", f"seed={seed}"]
+        if settings.vllm_url:
+            overrides.append(f"rollout.vllm.url={settings.vllm_url}")
+        settings.root.mkdir(parents=True, exist_ok=True)
+        return build_vllm_engine(load_config(None, overrides), model, tokenizer, settings.root)
+
+    return build

@@ -4,21 +4,43 @@ from __future__ import annotations
 
 import errno
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from rlvr.errors import RlvrError
 from rlvr.serve.http import TinkerServer
+from rlvr.serve.replicas import announce, follow
 from rlvr.serve.service import ServeSettings, Service
 
 
+def _distributed() -> int:
+    """Under torchrun (``WORLD_SIZE`` > 1): join the process group (gloo: the server trains on the
+    CPU) and return this rank; else 0."""
+    import os
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
 def serve(settings: ServeSettings, host: str, port: int, api_key: str | None, threads: int | None) -> None:
-    """Serve until interrupted (Ctrl-C stops it; checkpoints already written stay)."""
+    """Serve until interrupted (Ctrl-C stops it; checkpoints already written stay). Under torchrun,
+    rank 0 serves and the other ranks follow it (:mod:`rlvr.serve.replicas`)."""
     if threads:
         torch.set_num_threads(threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     settings.root.mkdir(parents=True, exist_ok=True)
+    if _distributed() > 0:
+        follower = Service(replace(settings, engine="hf"))  # followers train; rank 0 alone samples
+        try:
+            follow(follower)
+        finally:
+            follower.stop()
+        return
     service = Service(settings)
     try:
         server = TinkerServer((host, port), service, api_key)
@@ -35,3 +57,5 @@ def serve(settings: ServeSettings, host: str, port: int, api_key: str | None, th
     finally:
         server.server_close()
         service.stop()
+        service.worker.join(timeout=60)  # the operation in flight ends on every rank
+        announce("stop")

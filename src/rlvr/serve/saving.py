@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from rlvr.serve import checkpoints as ckpt
+from rlvr.serve.replicas import announce
 from rlvr.serve.training import TrainedModel
 from rlvr.serve.wire import WireError
 
@@ -82,12 +83,21 @@ class CheckpointRequests:
                     f"this server trains {'in full' if self.settings.full else 'LoRA adapters'}"
                 )
 
+        steps = int(meta.get("steps", 0))
+
         def load() -> dict[str, Any]:
-            model = self._build(model_id, *create) if create is not None else self.model(model_id)
-            if with_optimizer:
-                model.ensure_optimizer()
-            ckpt.load_state(directory, model.policy, model.optimizer if with_optimizer else None)
-            model.steps = int(meta.get("steps", 0))
+            announce("load", model_id, create, directory, with_optimizer, steps)
+            self._load_state(model_id, create, directory, with_optimizer, steps)
             return {"path": body["path"], "model_id": model_id, "type": "load_weights"}
 
         return self.submit(load, name="load_weights")
+
+    def _load_state(
+        self, model_id: str, create: tuple[str, dict] | None, directory: Any, with_optimizer: bool, steps: int
+    ) -> None:
+        """A checkpoint's weights (and optimizer) into a model, built first when ``create`` says how."""
+        model = self._build(model_id, *create) if create is not None else self.model(model_id)
+        if with_optimizer:
+            model.ensure_optimizer()
+        ckpt.load_state(directory, model.policy, model.optimizer if with_optimizer else None)
+        model.steps = steps

@@ -24,6 +24,7 @@ import torch
 
 from rlvr.errors import RlvrError
 from rlvr.serve import checkpoints as ckpt
+from rlvr.serve.replicas import announce, rank_and_world
 from rlvr.serve.sampling import BASE, Sampler, SampleSpec
 from rlvr.serve.saving import CheckpointRequests
 from rlvr.serve.training import AdamParams, TrainedModel
@@ -110,8 +111,11 @@ class Service(CheckpointRequests):
     def finish_session(self, session_id: str) -> None:
         with self.lock:
             self.sessions.discard(session_id)
-            for model_id in [m for m, model in self.models.items() if model.session_id == session_id]:
+            dropped = [m for m, model in self.models.items() if model.session_id == session_id]
+            for model_id in dropped:
                 del self.models[model_id]
+        if dropped and rank_and_world()[1] > 1:  # the followers drop them too, in the queue's order
+            self.submit(lambda: announce("drop", dropped) or {}, name="drop models")
 
     def model(self, model_id: Any) -> TrainedModel:
         with self.lock:
@@ -246,6 +250,7 @@ class Service(CheckpointRequests):
             raise WireError("create_model: lora_config must be an object")
 
         def build() -> dict[str, Any]:
+            announce("build", model_id, session_id, lora)
             self._build(model_id, session_id, lora)
             return {"model_id": model_id, "type": "create_model"}
 
@@ -321,6 +326,7 @@ class Service(CheckpointRequests):
         model = self.model(fb.model_id)
 
         def run() -> bytes:
+            announce("forward_backward", model.model_id, fb)
             outputs, metrics = model.forward_backward(fb)
             return encode_forward_backward_output(outputs, metrics, fb.loss_fn)
 
@@ -331,9 +337,12 @@ class Service(CheckpointRequests):
         adam = AdamParams.from_json(body.get("adam_params", {}))
         if body.get("optimizer_params") is not None:
             raise WireError("optim_step: only AdamW (adam_params) is supported by rlvr serve")
-        return self.submit(
-            lambda: {"metrics": model.optim_step(adam), "type": "optim_step"}, name="optim_step"
-        )
+
+        def run() -> dict[str, Any]:
+            announce("optim_step", model.model_id, adam)
+            return {"metrics": model.optim_step(adam), "type": "optim_step"}
+
+        return self.submit(run, name="optim_step")
 
     # ---- sampling ----
     def sample(self, body: dict[str, Any]) -> tuple[Future, int]:

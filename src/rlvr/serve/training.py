@@ -20,6 +20,7 @@ import torch
 from rlvr.algo import POLICY_LOSSES, token_weights
 from rlvr.config.schema import OptimConfig
 from rlvr.serve.forward import datum_logprobs
+from rlvr.serve.replicas import gather, shard, sum_gradients
 from rlvr.serve.wire import Datum, ForwardBackward, WireError
 from rlvr.train.learn.optim import build_optimizer
 
@@ -161,8 +162,10 @@ class TrainedModel:
         outputs: list[np.ndarray] = []
         total = 0.0
         self.policy.train()
-        for start in range(0, len(fb.data), self.micro_batch):
-            part = fb.data[start : start + self.micro_batch]
+        lo, hi = shard(len(fb.data))  # under torchrun, this rank's datums (replicas.py); else all
+        data = fb.data[lo:hi]
+        for start in range(0, len(data), self.micro_batch):
+            part = data[start : start + self.micro_batch]
             with torch.set_grad_enabled(not fb.forward_only):
                 logprobs, mask = self._logprobs(part, fb.loss_fn)
                 loss = self._loss(fb.loss_fn, part, logprobs, mask, settings)
@@ -171,7 +174,8 @@ class TrainedModel:
             total += float(loss.detach())
             for row, datum in enumerate(part):
                 outputs.append(logprobs[row, : datum.tokens.size].detach().numpy().astype(np.float32))
-        return {"logprobs": outputs}, {"loss:sum": total}
+        shards = gather((outputs, total))
+        return {"logprobs": [o for part, _ in shards for o in part]}, {"loss:sum": sum(t for _, t in shards)}
 
     def _logprobs(self, data: list[Datum], loss_fn: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Logprobs [B, N] (right-padded) and the mask of real positions."""
@@ -222,6 +226,7 @@ class TrainedModel:
                 eps=adam.eps,
                 weight_decay=adam.weight_decay,
             )
+        sum_gradients(params)  # under torchrun: the whole request's gradient on every rank
         grads = [p.grad for p in params if p.grad is not None]
         norm = 0.0
         if grads and adam.grad_clip_norm > 0:  # clipping computes the norm it reports

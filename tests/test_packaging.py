@@ -21,6 +21,10 @@ def _imports() -> set[str]:
     return found
 
 
+# distributions whose import name is not their name
+IMPORT_NAMES = {"openenv_core": "openenv"}
+
+
 def test_every_extra_is_imported_somewhere() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     imported = _imports()
@@ -30,6 +34,7 @@ def test_every_extra_is_imported_somewhere() -> None:
             continue
         for requirement in requirements:
             module = re.split(r"[<>=!\[ ;]", requirement, maxsplit=1)[0].replace("-", "_")
+            module = IMPORT_NAMES.get(module, module)
             if module not in imported:
                 unused.setdefault(extra, []).append(module)
     assert not unused, f"extras that nothing in src/ or benchmarks/ imports: {unused}"

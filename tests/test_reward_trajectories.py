@@ -97,5 +97,14 @@ def test_tasks_lists_every_source_with_the_environment_datasets(tmp_path: Path) 
     out = result.stdout
     assert "env (data.source=env data.task=NAME)" in out
     envs = out.split("environment datasets (data.source=env):\n", 1)[1].split("reasoning-gym tasks:")[0]
-    assert envs.split() == ["code_functions", "frozenlake", "guess_number", "search", "textarena", "wordle"]
+    assert envs.split() == [
+        "code_functions",
+        "frozenlake",
+        "guess_number",
+        "openenv",
+        "search",
+        "textarena",
+        "verifiers",
+        "wordle",
+    ]
     assert "\n  chain_sum\n" in out

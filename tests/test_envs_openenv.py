@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,8 +22,8 @@ from openenv.core.env_server import Environment, create_app  # noqa: E402
 from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
 
 from rlvr.envs import make_env  # noqa: E402
+from rlvr.envs.game_split import seeded_examples  # noqa: E402
 from rlvr.envs.openenv_env import OpenEnvEnvironment, render_observation  # noqa: E402
-from rlvr.envs.textarena_game import seeded_examples  # noqa: E402
 from rlvr.errors import RlvrError  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
 
@@ -168,3 +169,27 @@ def test_the_environment_is_chosen_by_the_config_never_by_a_data_row() -> None:
     assert OpenEnvEnvironment(environment="test_envs_openenv:FindIt").action_type is Say
     with pytest.raises(ValueError, match="task_config takes nothing"):
         seeded_examples("openenv", 2, 0, "train", base_url="http://evil")
+
+
+def test_a_servers_malformed_answers_are_errors_with_their_reason() -> None:
+    """What a server sends is untrusted: an observation that is no object, a done flag that is no
+    boolean, a reward that is no finite number are errors naming what was wrong."""
+
+    class Hostile:
+        def __init__(self, **result) -> None:
+            self.result = SimpleNamespace(**result)
+
+        def step(self, action):
+            return self.result
+
+        def close(self) -> None: ...
+
+    env = OpenEnvEnvironment(base_url="http://127.0.0.1:1")  # connects only on reset
+    for result, message in (
+        ({"observation": ["x"], "reward": 1.0, "done": True}, "not an object"),
+        ({"observation": {}, "reward": 1.0, "done": "false"}, "not a boolean"),
+        ({"observation": {}, "reward": "1", "done": True}, "not a finite number"),
+    ):
+        env.client = Hostile(**result)
+        with pytest.raises(RuntimeError, match=message):
+            env.step("1")

@@ -70,7 +70,7 @@ def _textarena(count: int, seed: int, split: str, **config: Any) -> list[Example
 
 @register_env_dataset("openenv")
 def _openenv(count: int, seed: int, split: str, **config: Any) -> list[Example]:
-    from rlvr.envs.textarena_game import seeded_examples
+    from rlvr.envs.game_split import seeded_examples
 
     return seeded_examples("openenv", count, seed, split, **config)
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
+
+from rlvr.data.example import Example
 
 
 def split_seeds(game: str, count: int, seed: int, split: str, held_out: Callable[[int], bool]) -> list[int]:
@@ -34,3 +37,21 @@ def split_seeds(game: str, count: int, seed: int, split: str, held_out: Callable
         f"{game}: found too few {split} games among the seeds drawn; these parameters leave "
         f"(almost) no {'held-out' if split == 'eval' else 'training'} games"
     )
+
+
+def seeded_examples(env: str, count: int, seed: int, split: str = "train", **config: Any) -> list[Example]:
+    """``count`` episodes of an adapted environment (``textarena``, ``openenv``) told apart by their
+    seed alone: training seeds even, held-out seeds odd. The environment's own game is unknown here,
+    so nothing beyond the seed is held out (a small game's boards repeat across the splits)."""
+    if config:
+        raise ValueError(f"{env}: data.task_config takes nothing (got {sorted(config)}); see env.params")
+    return [
+        Example(
+            id=f"{env}-{game_seed}",
+            prompt=[{"role": "user", "content": "Play the game."}],
+            data_source=env,
+            verifier="environment",
+            metadata={"env": env, "seed": game_seed},
+        )
+        for game_seed in split_seeds(env, count, seed, split, held_out=lambda s: s % 2 == 1)
+    ]

@@ -102,6 +102,14 @@ def render_observation(observation: dict[str, Any], field: str | None, limit: in
     return body
 
 
+def _observation(value: Any) -> dict[str, Any]:
+    """A server's observation, which must be a JSON object."""
+    if not isinstance(value, dict):
+        kind = type(value).__name__
+        raise RuntimeError(f"openenv: the server sent an observation that is not an object ({kind})")
+    return value
+
+
 def _reward(value: Any) -> float | None:
     if value is None:
         return None
@@ -171,7 +179,7 @@ class OpenEnvEnvironment(Environment):
                 mode="simulation",
             ).sync()
             self.client.connect()
-            observation = dict(self.client.reset(seed=seed, **self.reset_kwargs).observation)
+            observation = _observation(self.client.reset(seed=seed, **self.reset_kwargs).observation)
         return self._first(render_observation(observation, self.observation_field, self.limit))
 
     def step(self, text: str) -> Step:
@@ -187,8 +195,10 @@ class OpenEnvEnvironment(Environment):
             observation, reward, done = result, result.get("reward"), bool(result.get("done"))
         else:
             outcome = self.client.step({self.action_field: text})
-            observation = dict(outcome.observation)
-            reward, done = outcome.reward, bool(outcome.done)
+            observation = _observation(outcome.observation)
+            reward, done = outcome.reward, outcome.done
+            if not isinstance(done, bool):
+                raise RuntimeError(f"openenv: the server sent a done flag that is not a boolean: {done!r}")
         value = _reward(reward)
         if done and value is None:
             raise RuntimeError("openenv: the episode ended without a reward (no verdict)")

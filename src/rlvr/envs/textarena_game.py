@@ -117,23 +117,6 @@ class TextArenaGame(Environment):
 def textarena_examples(count: int, seed: int, split: str = "train", **config: Any) -> list[Example]:
     """``count`` games: training games from even seeds, held-out ones from odd seeds (the seed
     fixes TextArena's random choices, e.g. the secret number; small games repeat across splits)."""
+    from rlvr.envs.game_split import seeded_examples
+
     return seeded_examples("textarena", count, seed, split, **config)
-
-
-def seeded_examples(env: str, count: int, seed: int, split: str = "train", **config: Any) -> list[Example]:
-    """``count`` episodes of an adapted environment told apart by their seed alone (``env`` is
-    ``textarena`` or ``openenv``): training seeds even, held-out seeds odd."""
-    if config:
-        raise ValueError(f"{env}: data.task_config takes nothing (got {sorted(config)}); see env.params")
-    rng = random.Random(f"rlvr-{env}-split:{seed}:{split}")
-    seeds = [2 * rng.randrange(2**30) + (split == "eval") for _ in range(count)]
-    return [
-        Example(
-            id=f"{env}-{game_seed}",
-            prompt=[{"role": "user", "content": "Play the game."}],
-            data_source=env,
-            verifier="environment",
-            metadata={"env": env, "seed": game_seed},
-        )
-        for game_seed in seeds
-    ]

@@ -187,7 +187,7 @@ def _bridge(
         return _BRIDGES[key]
 
 
-def _plain(message: Any, limit: int) -> Message:
+def _plain(message: Any) -> Message:
     from verifiers.v1.dialects.chat import message_to_wire
 
     wire = message_to_wire(message) if not isinstance(message, dict) else message
@@ -200,9 +200,15 @@ def _plain(message: Any, limit: int) -> Message:
         raise RuntimeError(
             f"verifiers: a {wire.get('role')} message rlvr cannot show (tool calls or no text)"
         )
-    if len(content) > limit:
-        content = content[:limit] + f"\n[... {len(content) - limit} characters cut]"
     return {"role": str(wire.get("role")), "content": content}
+
+
+def _capped(message: Message, limit: int) -> Message:
+    """``message`` as the model is shown it: its text cut at ``limit`` characters, with a marker."""
+    content = message["content"]
+    if len(content) <= limit:
+        return message
+    return {**message, "content": content[:limit] + f"\n[... {len(content) - limit} characters cut]"}
 
 
 @register_env("verifiers")
@@ -267,16 +273,12 @@ class VerifiersEnv(Environment):
         except queue.Empty:
             raise RuntimeError(f"verifiers: no model call and no verdict within {wait:.0f} s") from None
         if kind == "call":
-            messages = list(payload)
-            if self.sent:
-                earlier = [_plain(m, sys.maxsize) for m in messages[: len(self.sent)]]
-                if earlier != self.sent:
-                    raise RuntimeError(
-                        "verifiers: the environment's conversation differs from what the model saw"
-                    )
+            conversation = [_plain(m) for m in payload]
+            if conversation[: len(self.sent)] != self.sent:
+                raise RuntimeError("verifiers: the environment's conversation is not what the model saw")
             self.pending = answer
-            new = [_plain(m, self.limit) for m in messages[len(self.sent) :]]
-            self.sent = [_plain(m, sys.maxsize) for m in messages]
+            new = [_capped(m, self.limit) for m in conversation[len(self.sent) :]]
+            self.sent = conversation
             return new, False
         if len(self.traces) > 1:
             raise RuntimeError("verifiers: the episode played more than one seat; rlvr plays one")

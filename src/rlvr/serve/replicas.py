@@ -1,6 +1,6 @@
 """``rlvr serve`` under torchrun: one server, its training spread over the ranks.
 
-``torchrun --nproc-per-node N -m rlvr.serve.main ...`` (or ``rlvr serve`` started by torchrun) runs
+``torchrun --nproc-per-node N -m rlvr.cli serve ...`` runs
 the HTTP server and the request queue on rank 0 only. Every other rank builds the same service and
 follows: before rank 0's worker runs a request that changes a training model (creating or loading
 one, ``forward_backward`` / ``forward``, ``optim_step``, dropping a session's models), it broadcasts

@@ -31,14 +31,15 @@ OUT = ROOT / "runs" / "agents"
 SEEDS = (0, 1, 2)
 
 
-def _search(seed: int, corpus: int) -> tuple[str, str, list[str]]:
+def _search(seed: int, corpus: int, recipe: str = "search_agent") -> tuple[str, str, list[str]]:
     """Corpus ``corpus``'s held-out set is drawn by data.seed = corpus for every training seed, so
     only the run at seed == corpus evaluates before training (greedy: the same number for all)."""
     config = f"data.task_config={{corpus_size: 200, corpus_seed: {corpus}, hops: [1]}}"
     before = [] if seed == corpus else ["eval.before=false"]
+    prefix = "search" if recipe == "search_agent" else recipe.replace("_agent", "").replace("_", "-")
     return (
-        f"search-s{seed}-c{corpus}",
-        "search_agent",
+        f"{prefix}-s{seed}-c{corpus}",
+        recipe,
         [f"seed={seed}", f"data.seed={corpus}", config, *before],
     )
 
@@ -51,6 +52,8 @@ def _game(recipe: str, seed: int) -> tuple[str, str, list[str]]:
 
 PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "search": [_search(s, c) for c in (0, 1) for s in SEEDS],
+    # SFT on the search oracle's episodes, then GRPO (runs/agents/search-sft-rl-s*-c*/{sft,rl})
+    "search_agent_sft_rl": [_search(s, c, "search_agent_sft_rl") for c in (0, 1) for s in SEEDS],
     "python_tool": [(f"python-tool-s{s}", "python_tool", [f"seed={s}", f"data.seed={s}"]) for s in SEEDS],
     **{recipe: [_game(recipe, s) for s in SEEDS] for recipe in ("guess_number", "frozenlake", "wordle")},
     # the games as SFT on the expert's games, then GRPO (pipelines: runs/agents/<run>/{sft,rl})
@@ -78,7 +81,7 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
 }
 # the run whose before-training eval a run without one shares (same held-out set, same base model)
 BEFORE_FROM = {
-    **{f"search-s{s}-c{c}": f"search-s{c}-c{c}" for s in SEEDS for c in (0, 1)},
+    **{f"{p}-s{s}-c{c}": f"{p}-s{c}-c{c}" for p in ("search", "search-sft-rl") for s in SEEDS for c in (0, 1)},
     **{
         f"{g}{kind}-s{s}": f"{g}{kind}-s0"
         for g in ("guess-number", "frozenlake", "wordle", "wordle-hints")
@@ -90,6 +93,7 @@ BEFORE_FROM = {
 # the per-episode action count each recipe's table shows beside turns
 ACTIONS = {
     "search": ("searches", "eval/env/searches"),
+    "search_agent_sft_rl": ("searches", "eval/env/searches"),
     "python_tool": ("tool calls", "eval/tool_calls"),
     "guess_number": ("valid guesses", "eval/env/moves"),
     "frozenlake": ("valid moves", "eval/env/moves"),

@@ -108,3 +108,49 @@ def test_an_sft_run_trains_on_expert_games(tmp_path) -> None:
     assert evals, "held-out games give sft/eval_loss"
     samples = read_jsonl(tmp_path / "g" / "samples.jsonl")
     assert samples and all("<guess>" in s["completion"] for s in samples)
+
+
+def test_search_oracle_demonstrations_search_read_and_answer_the_gold_span(smol) -> None:
+    """The search environment's expert knows its episode's answer: its demonstrations search with
+    the question's words, read the gold document (context, never trained) and answer with the span
+    that document holds; every one-hop training question of the recipe's corpus is won in one
+    search, and the opening is the RL episode's."""
+    cfg = _cfg("search_agent_sft_rl", "data.train_size=40")
+    examples = load_datasets(cfg.data).train
+    games = expert_games(cfg, examples, "training")
+    assert games.played == 40 and games.lost == 0
+    demos = load_demonstrations(cfg, smol)
+    for game, demo in zip(games.examples, demos, strict=True):
+        example = examples[game.index]
+        turns = game.messages[game.first_trained :]
+        assert [m["role"] for m in turns] == ["assistant", "tool", "assistant"]
+        question = example.question.removeprefix("Question: ").rstrip("?")
+        assert turns[0]["content"] == f"<search>{question}</search>"
+        assert example.reference in turns[1]["content"]  # the gold document came back with the span
+        assert turns[2]["content"] == f"<answer>{example.reference}</answer>"
+        given = _given_texts(smol, demo)  # only the expert's two turns are trained
+        assert given == [f"{turns[0]['content']}<|im_end|>", f"{turns[2]['content']}<|im_end|>"]
+        env = make_env("search", cfg.env.params)
+        opening = env.reset(example, random.Random(example.metadata.get("seed", game.index)))
+        assert demo.prompt_ids == ChatLedger(smol, opening).prompt_ids
+
+
+def test_search_oracle_follows_the_bridge_on_two_hop_questions() -> None:
+    """A two-hop question: the first search finds the company's document, the second searches the
+    founder it names, and only then does the expert answer (a search with no gold document found is
+    followed by a search for it, never by an answer)."""
+    cfg = _cfg("search_agent_sft_rl", "data.train_size=10", "data.eval_size=10", "data.task_config.hops=[2]")
+    examples = load_datasets(cfg.data).train
+    games = expert_games(cfg, examples, "training")
+    assert games.lost == 0
+    for game in games.examples:
+        example = examples[game.index]
+        turns = [m["content"] for m in game.messages[game.first_trained :] if m["role"] == "assistant"]
+        assert len(turns) == 3 and turns[0].startswith("<search>") and turns[1].startswith("<search>")
+        bridge = turns[1].removeprefix("<search>").removesuffix("</search>")
+        assert bridge in game.messages[game.first_trained + 1]["content"]  # named by the first hop
+        assert turns[2] == f"<answer>{example.reference}</answer>"
+    env = make_env("search", {})
+    env.reset(examples[0], random.Random(0))
+    env.step("<search>zzzz qqqq</search>")  # found nothing: the expert searches for the gold document
+    assert env.expert_turn([]).startswith("<search>")

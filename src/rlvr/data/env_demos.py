@@ -46,14 +46,12 @@ def _seed_of(example: Example, fallback: int) -> int:
 
 def play_expert(env: Environment, example: Example, index: int, max_turns: int) -> tuple[list, int, bool]:
     """``(conversation, first_trained, won)``: ``example`` opened by ``env`` as the rollout opens
-    it, then played by ``env.expert`` for at most ``max_turns`` moves."""
-    expert = type(env).expert
-    assert expert is not None
+    it, then played by ``env.expert_turn`` for at most ``max_turns`` moves."""
     messages = env.reset(example, random.Random(_seed_of(example, index)))
     first = len(messages)
     try:
         for _ in range(max_turns):
-            text = expert(messages)
+            text = env.expert_turn(messages)
             step = env.step(text)
             messages.append({"role": "assistant", "content": text})
             if step.done:
@@ -78,10 +76,11 @@ def expert_games(cfg: RunConfig, examples: list[Example], split: str) -> ExpertG
                 "from an environment: data.source=env)"
             )
         env = make_env(name, env_params(example, name, cfg.env.name, cfg.env.params))
-        if type(env).expert is None:
+        if not env.has_expert():
             raise RlvrError(
                 f"sft.player=optimal: environment '{name}' has no scripted expert to play its games (the "
-                "games frozenlake, guess_number and wordle have one); give SFT a chat-data file in sft.path"
+                "games frozenlake, guess_number and wordle and the search have one); give SFT a chat-data "
+                "file in sft.path"
             )
         messages, first, won = play_expert(env, example, index, cfg.env.max_turns)
         if not won:

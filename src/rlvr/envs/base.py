@@ -52,6 +52,20 @@ class Environment(ABC):
     # environment has none (a tool, a search).
     expert: ClassVar[Callable[[list[Message]], str] | None] = None
 
+    def has_expert(self) -> bool:
+        """Whether :meth:`expert_turn` can play this environment (``sft.player: optimal``)."""
+        return type(self).expert is not None
+
+    def expert_turn(self, messages: list[Message]) -> str:
+        """The expert's next turn in the episode so far (after :meth:`reset`). Default: the class's
+        :attr:`expert`, which reads only the conversation. An environment whose expert needs the
+        episode itself (a search whose expert knows the example's answer and gold documents)
+        overrides this and :meth:`has_expert`."""
+        expert = type(self).expert
+        if expert is None:
+            raise NotImplementedError(f"{type(self).__name__} has no scripted expert")
+        return expert(messages)
+
     def reset(self, example: Example, rng: random.Random) -> list[Message]:
         """The conversation the model answers first (default: the example's prompt)."""
         return list(example.prompt)

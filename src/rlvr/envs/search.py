@@ -266,6 +266,29 @@ class SearchEnv(Environment):
             reply = f"{reply}\n{LAST_TURN_HINT}"
         return Step(messages=[{"role": self.role, "content": reply}], reward=reward, info=info)
 
+    def has_expert(self) -> bool:
+        return True
+
+    def expert_turn(self, messages: list[Message]) -> str:
+        """The oracle's next turn (the SFT demonstrations of ``sft.player: optimal``): search with
+        the question's own words, then for each further hop with the name of the entity the last
+        gold document leads to (the founder a company's document names), and once every gold
+        document has come back, answer with the reference — the span the gold document holds. It
+        reads the episode (the example's reference and gold documents), not only ``messages``;
+        on every question of a size-200 corpus it wins in as many searches as the question has hops
+        (tests)."""
+        if self._example is None or self._index is None:
+            raise RuntimeError("search env: expert_turn() before reset()")
+        gold = list(self._example.metadata.get("gold_docs", ()))
+        missing = [int(d) for d in gold if int(d) not in self._found]
+        if not missing:
+            return f"{_ANSWER_OPEN}{self._example.reference}{_ANSWER_CLOSE}"
+        if len(missing) == len(gold) and self.searches == 0:
+            query = self._example.question.removeprefix("Question: ").rstrip("?").strip()
+        else:
+            query = self._index.documents[missing[0]].title
+        return f"{_SEARCH_OPEN}{query}{_SEARCH_CLOSE}"
+
     def process_reward(self) -> float:
         """The retrieval reward the episode has earned so far (paid or not)."""
         return self.retrieval_reward * len(self._found) / len(self._gold) if self._gold else 0.0

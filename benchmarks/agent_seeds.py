@@ -81,7 +81,9 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
 }
 # the run whose before-training eval a run without one shares (same held-out set, same base model)
 BEFORE_FROM = {
-    **{f"{p}-s{s}-c{c}": f"{p}-s{c}-c{c}" for p in ("search", "search-sft-rl") for s in SEEDS for c in (0, 1)},
+    **{
+        f"{p}-s{s}-c{c}": f"{p}-s{c}-c{c}" for p in ("search", "search-sft-rl") for s in SEEDS for c in (0, 1)
+    },
     **{
         f"{g}{kind}-s{s}": f"{g}{kind}-s0"
         for g in ("guess-number", "frozenlake", "wordle", "wordle-hints")

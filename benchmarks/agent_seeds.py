@@ -171,6 +171,21 @@ def _minutes(name: str, stage_dirs: list[Path]) -> float:
     )
 
 
+def _after_correct(stage_dir: Path) -> dict[str, bool]:
+    """Held-out example id -> solved, from the stage's evaluation after training."""
+    path = stage_dir / "eval_samples.jsonl"
+    if not path.exists():
+        return {}
+    return {r["id"]: bool(r["correct"]) for r in _rows(path) if r.get("phase") == "after"}
+
+
+def mcnemar_p(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value of ``b`` examples solved only by one side, ``c`` only by the other."""
+    n = b + c
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n if n else 0.5
+    return min(1.0, 2 * tail)
+
+
 def summarize_run(name: str, recipe_key: str) -> dict | None:
     """Before / after / steps / minutes of one finished run (None if it has not finished)."""
     run_dir = OUT / name
@@ -196,6 +211,14 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
             (r for r in _rows(stage_dirs[0] / "metrics.jsonl") if r.get("phase") == "after"), None
         )
         rows = _rows(metrics)
+    # a pipeline: the held-out examples its last stage solved that its first had not, and the reverse
+    paired = None
+    if first_after is not None:
+        first, last = _after_correct(stage_dirs[0]), _after_correct(stage_dirs[-1])
+        shared = first.keys() & last.keys()
+        gained = sum(last[k] and not first[k] for k in shared)
+        lost = sum(first[k] and not last[k] for k in shared)
+        paired = {"gained": gained, "lost": lost, "p": mcnemar_p(gained, lost)} if shared else None
     train = [r for r in rows if r.get("phase") == "train"]
     action_key = ACTIONS[recipe_key][1]
     rollout = yaml.safe_load((run_dir / "config.yaml").read_text())["rollout"]
@@ -209,6 +232,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "before": before["eval/accuracy"],
         "after": after["eval/accuracy"],
         "after_first_stage": None if first_after is None else first_after["eval/accuracy"],
+        "last_stage_paired": paired,
         "stages_missing": [d.name for d in planned[len(stage_dirs) :]],
         "after_errors": after.get("eval/reward_errors", 0.0),
         "reevaluated": None if again is None else again["eval/accuracy"],
@@ -242,6 +266,9 @@ def table(results: list[dict]) -> str:
         after = f"**{r['after']:.1%}**"
         if r.get("after_first_stage") is not None:
             after = f"{r['after_first_stage']:.1%} (SFT) → {after} (RL)"
+            if r.get("last_stage_paired"):
+                pair = r["last_stage_paired"]
+                after += f" [RL +{pair['gained']} −{pair['lost']}, p = {pair['p']:.2g}]"
         if r.get("stages_missing"):
             after = f"{after} (SFT; stopped before {', '.join(r['stages_missing'])})"
         if r["after_errors"]:

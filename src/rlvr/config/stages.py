@@ -57,7 +57,7 @@ class SftConfig(ChatDataConfig):
     player: Literal["optimal"] | None = Field(
         None,
         description="Instead of chat data (sft.path): data.*'s training games played by the "
-        "environment's scripted expert (frozenlake, guess_number, wordle), the won ones; held-out "
+        "environment's scripted expert (frozenlake, guess_number, wordle, search), the won ones; held-out "
         "games give sft/eval_loss. None: chat data.",
     )
 

@@ -1,9 +1,9 @@
 """Expert demonstrations played in an environment: the SFT data of ``sft.player: optimal``.
 
 The cold start of the SFT → RL recipes (seeds/001:395) needs conversations of the task played well.
-For a game that has a scripted expert (:attr:`rlvr.envs.base.Environment.expert`: FrozenLake's
-shortest path, number guessing's binary search, Wordle's minimax guess), they need not come from a
-file: each training example of ``data.*`` is opened exactly as the RL rollout opens it (the same
+For an environment that has a scripted expert (:meth:`rlvr.envs.base.Environment.expert_turn`:
+FrozenLake's shortest path, number guessing's binary search, Wordle's minimax guess, the search
+oracle that knows the example's answer), they need not come from a file: each training example of ``data.*`` is opened exactly as the RL rollout opens it (the same
 environment, ``env_params`` and reset seed, so the same system prompt, example game and first
 observation), and the expert plays it to the end through the environment's text interface. The
 conversation is a :class:`~rlvr.data.chat_data.ChatExample` whose trained turns are the expert's

@@ -61,6 +61,16 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         f"{game}_sft_rl": [_game(f"{game}_sft_rl", s) for s in SEEDS]
         for game in ("guess_number", "frozenlake", "wordle", "wordle_hints")
     },
+    # FrozenLake's SFT stage alone, 48 steps instead of 20 (384 of the 400 training boards once)
+    "frozenlake_sft48": [
+        (
+            f"frozenlake-sft48-s{s}",
+            "frozenlake_sft_rl",
+            [f"seed={s}", "data.seed=0", "eval.before=false", "stages=[]", "stage=sft", "sft.player=optimal"]
+            + ["sft.batch_size=8", "train.steps=48", "optim.warmup_steps=2"],
+        )
+        for s in SEEDS
+    ],
     # number guessing again with 20 minutes of training (the recipes' 6 minutes are 2-3 steps here)
     **{
         f"{recipe}_long": [
@@ -91,6 +101,7 @@ BEFORE_FROM = {
         for s in SEEDS
     },
     "guess-number-long-s0": "guess-number-s0",
+    **{f"frozenlake-sft48-s{s}": "frozenlake-sft-rl-s0" for s in SEEDS},
 }
 # the per-episode action count each recipe's table shows beside turns
 ACTIONS = {
@@ -101,6 +112,7 @@ ACTIONS = {
     "frozenlake": ("valid moves", "eval/env/moves"),
     "wordle": ("valid guesses", "eval/env/moves"),
     "guess_number_long": ("valid guesses", "eval/env/moves"),
+    "frozenlake_sft48": ("valid moves", "eval/env/moves"),
     "guess_number_sft_rl": ("valid guesses", "eval/env/moves"),
     "frozenlake_sft_rl": ("valid moves", "eval/env/moves"),
     "wordle_sft_rl": ("valid guesses", "eval/env/moves"),
@@ -202,7 +214,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
             if before is None and shared.exists():  # eval.before=false: a sibling's (same set and model)
                 before = next((r for r in _rows(shared) if r.get("phase") == "before"), None)
     after = next((r for r in _rows(metrics) if r.get("phase") == "after"), None)
-    if before is None or after is None:
+    if after is None:  # a missing before (its sibling's run is not on this disk) prints as "–"
         return None
     # a pipeline: held-out after its first stage (SFT), and the last stage's (RL) training steps
     first_after = None
@@ -229,7 +241,7 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "run": name,
         "recipe": recipe_key,
         "size": int(after.get("eval/size", 0)),
-        "before": before["eval/accuracy"],
+        "before": None if before is None else before["eval/accuracy"],
         "after": after["eval/accuracy"],
         "after_first_stage": None if first_after is None else first_after["eval/accuracy"],
         "last_stage_paired": paired,
@@ -237,9 +249,9 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
         "after_errors": after.get("eval/reward_errors", 0.0),
         "reevaluated": None if again is None else again["eval/accuracy"],
         "reevaluated_errors": None if again is None else again.get("eval/reward_errors", 0.0),
-        "turns_before": before.get("eval/turns", 0.0),
+        "turns_before": (before or {}).get("eval/turns", 0.0),
         "turns_after": after.get("eval/turns", 0.0),
-        "actions_before": before.get(action_key, 0.0),
+        "actions_before": (before or {}).get(action_key, 0.0),
         "actions_after": after.get(action_key, 0.0),
         "unanswered_farming_after": after.get("eval/env/process_unanswered"),
         "steps": len(train),
@@ -254,6 +266,10 @@ def summarize_run(name: str, recipe_key: str) -> dict | None:
             for r in train
         ],
     }
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
 
 
 def table(results: list[dict]) -> str:
@@ -276,7 +292,7 @@ def table(results: list[dict]) -> str:
         if r["reevaluated"] is not None:
             after = f"{after}; again: **{r['reevaluated']:.1%}** ({r['reevaluated_errors']:.0f} errors)"
         lines.append(
-            f"| {r['recipe']} | {r['run']} | {r['before']:.1%} → {after} ({r['size']}) | "
+            f"| {r['recipe']} | {r['run']} | {_pct(r['before'])} → {after} ({r['size']}) | "
             f"{r['turns_before']:.2f} → {r['turns_after']:.2f} | {label}: {r['actions_before']:.2f} → "
             f"{r['actions_after']:.2f} | {r['steps']} | {r['minutes']:.0f} |"
         )
@@ -290,9 +306,10 @@ def table(results: list[dict]) -> str:
         after = [r["after"] if r["reevaluated"] is None else r["reevaluated"] for r in got]
         mean = sum(after) / len(after)
         sd = math.sqrt(sum((a - mean) ** 2 for a in after) / (len(after) - 1)) if len(after) > 1 else 0.0
-        gain = sum(a - r["before"] for a, r in zip(after, got, strict=True)) / len(got)
+        known = [a - r["before"] for a, r in zip(after, got, strict=True) if r["before"] is not None]
+        gain = f"{sum(known) / len(known):+.1%}" if known else "–"
         spread = f"{mean:.1%} ± {sd:.1%} ({min(after):.1%} – {max(after):.1%})"
-        lines.append(f"| {recipe} | {len(got)} | {spread} | {gain:+.1%} |")
+        lines.append(f"| {recipe} | {len(got)} | {spread} | {gain} |")
     return "\n".join(lines)
 
 
@@ -314,7 +331,7 @@ def plot(results: list[dict], path: Path) -> bool:
     for ax, r in zip(axes[0], firsts, strict=True):
         steps = [t["step"] for t in r["train"]]
         ax.plot(steps, [t["accuracy"] for t in r["train"]], marker=".", label="train accuracy")
-        ax.scatter([0, steps[-1] if steps else 1], [r["before"], r["after"]], color="black", zorder=3,
+        ax.scatter([0, steps[-1] if steps else 1], [r["before"] or 0.0, r["after"]], color="black", zorder=3,
                    label="held-out (greedy)")  # fmt: skip
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("step")

@@ -3,11 +3,12 @@
 The cold start of the SFT → RL recipes (seeds/001:395) needs conversations of the task played well.
 For an environment that has a scripted expert (:meth:`rlvr.envs.base.Environment.expert_turn`:
 FrozenLake's shortest path, number guessing's binary search, Wordle's minimax guess, the search
-oracle that knows the example's answer), they need not come from a file: each training example of ``data.*`` is opened exactly as the RL rollout opens it (the same
-environment, ``env_params`` and reset seed, so the same system prompt, example game and first
-observation), and the expert plays it to the end through the environment's text interface. The
-conversation is a :class:`~rlvr.data.chat_data.ChatExample` whose trained turns are the expert's
-moves; an example game the opening shows stays context (``first_trained``).
+oracle that knows the example's answer), they need not come from a file: each training example of
+``data.*`` is opened exactly as the RL rollout opens it (the same environment, ``env_params`` and
+reset seed, so the same system prompt, example game and first observation), and the expert plays
+it to the end through the environment's text interface. The conversation is a
+:class:`~rlvr.data.chat_data.ChatExample` whose trained turns are the expert's moves; an example game
+the opening shows stays context (``first_trained``).
 
 Only won games are kept (a demonstration teaches what to do); how many the expert lost is printed.
 The held-out examples give the held-out SFT loss (``sft/eval_loss``) the same way, on boards,
@@ -78,9 +79,8 @@ def expert_games(cfg: RunConfig, examples: list[Example], split: str) -> ExpertG
         env = make_env(name, env_params(example, name, cfg.env.name, cfg.env.params))
         if not env.has_expert():
             raise RlvrError(
-                f"sft.player=optimal: environment '{name}' has no scripted expert to play its games (the "
-                "games frozenlake, guess_number and wordle and the search have one); give SFT a chat-data "
-                "file in sft.path"
+                f"sft.player=optimal: environment '{name}' has no scripted expert to play its games ("
+                "frozenlake, guess_number, wordle and search have one); give SFT a chat-data file in sft.path"
             )
         messages, first, won = play_expert(env, example, index, cfg.env.max_turns)
         if not won:

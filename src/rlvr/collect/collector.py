@@ -82,7 +82,9 @@ class Collector:
         tokenizer,
         train_examples: Sequence[Example],
         eval_examples: Sequence[Example] = (),
+        role_engines: dict[str, RolloutEngine] | None = None,
     ) -> None:
+        """``role_engines``: the engines of a role game's roles with a policy of their own."""
         self.cfg, self.engine = cfg, engine
         self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
         # prompts that cannot fit the context (with the completion) are refused here, naming the row;
@@ -158,7 +160,15 @@ class Collector:
 
             check_roles(cfg, any(self.env_of(e) for e in (*self.train_examples, *self.eval_examples)))
             self.roles = RolePlayer(
-                cfg, engine, tokenizer, self.pool, context, context_from, self.correctness, self._set_reward
+                cfg,
+                engine,
+                tokenizer,
+                self.pool,
+                context,
+                context_from,
+                self.correctness,
+                self._set_reward,
+                role_engines,
             )
 
     # ----------------------------------------------------------------------------- state
@@ -505,14 +515,16 @@ class Collector:
         as in training from a fixed sampling seed (the training RNG is left as it was)."""
         from rlvr.roles.play import role_metrics
 
-        generator = self.engine.generator
-        state = generator.get_state()
-        generator.manual_seed(self.cfg.seed + 7919)
+        generators = self.roles.generators()  # the run's engine's, then own policies' (rlvr.roles.policies)
+        states = [g.get_state() for g in generators]
+        for k, generator in enumerate(generators):
+            generator.manual_seed(self.cfg.seed + 7919 * (k + 1))
         try:
             indices = list(range(min(self.cfg.roles.eval_size, len(self.eval_examples))))
             groups = self.roles.play(indices, self.eval_examples, self.eval_prompts)
         finally:
-            generator.set_state(state)
+            for generator, state in zip(generators, states):
+                generator.set_state(state)
         return role_metrics(groups, "eval/role/")
 
     @property

@@ -5,14 +5,16 @@ several roles: a coder and a test writer, a solver and a verifier. Every role is
 (shared weights) prompted as that role; each has its own prompts (the game's), group size, token
 limit, rewards (computed from the other roles' outputs, in the reward pool) and loss weight.
 The first role of a game is the *primary* one: it answers the example's own prompt, is scored by
-``rewards.functions`` and is what held-out accuracy measures.
+``rewards.functions`` and is what held-out accuracy measures. A non-primary role may instead be a
+policy of its own (``policy: own``): a separate model with its own engine, learner, optimizer and
+checkpoints (:mod:`rlvr.roles.policies`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rlvr.config.rewards import RewardItem
 from rlvr.config.section import Section
@@ -50,6 +52,28 @@ class RoleSettings(Section):
         description="This role's instruction template (the game's placeholders, e.g. {question}); "
         "None: the game's. Not for the primary role, which answers the example's prompt.",
     )
+    policy: Literal["shared", "own"] = Field(
+        "shared",
+        description="shared: this role is the run's policy, told apart by its prompt; own: a policy of its "
+        "own (a separate model, engine, learner and optimizer, saved under checkpoints/step-N/roles/<role>/). "
+        "Not for the primary role, which is the run's policy.",
+    )
+    model: str | None = Field(
+        None,
+        description="With policy: own, the model this role starts from (a name or directory; its "
+        "tokenizer must be the run's); None: model.name.",
+    )
+    lr: float | None = Field(
+        None, gt=0, description="With policy: own, this role's learning rate; None: optim.lr."
+    )
+
+    @model_validator(mode="after")
+    def _own_only(self) -> RoleSettings:
+        if self.policy == "shared":
+            for key in ("model", "lr"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is a setting of a role with a policy of its own (policy: own)")
+        return self
 
 
 class RolesConfig(Section):

@@ -9,8 +9,10 @@ order, each role by its own pool with the other roles' outputs in the scored exa
 and its loss weight (``roles.settings.<role>.weight``, which the learner multiplies into the
 role's advantages). Advantages stay within a group, so within a role and a prompt.
 
-All roles are the one policy (shared weights): a role is its prompt. The learner computes
-log-probs at ``rollout.temperature`` for every row, so the roles sample at that temperature.
+By default all roles are the one policy (shared weights): a role is its prompt. A role with a
+policy of its own (``roles.settings.<role>.policy: own``, :mod:`rlvr.roles.policies`) is sampled
+with its own engine, given as ``engines``. The learners compute log-probs at
+``rollout.temperature`` for every row, so the roles sample at that temperature.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
+
+import torch
 
 from rlvr.config import RunConfig
 from rlvr.config.rewards import RewardItem
@@ -62,8 +66,10 @@ class RolePlayer:
         context_from: str,
         correctness: str,
         set_reward: Callable[[Trajectory, Any], None],
+        engines: dict[str, RolloutEngine] | None = None,
     ) -> None:
         self.cfg, self.engine, self.tokenizer = cfg, engine, tokenizer
+        self.engines = dict(engines or {})  # roles with a policy of their own: its engine
         self.context, self.context_from, self.set_reward = context, context_from, set_reward
         self.game = game = make_game(cfg, correctness)
         unknown = sorted(set(cfg.roles.settings) - set(game.roles))
@@ -79,6 +85,11 @@ class RolePlayer:
             raise RlvrError(
                 f"roles.settings.{primary}: the primary role answers the example's prompt and is scored by "
                 "rewards.functions; set those (and data.few_shot) instead of its prompt, few_shot or rewards"
+            )
+        if first.policy == "own":
+            raise RlvrError(
+                f"roles.settings.{primary}.policy: the primary role '{primary}' is the run's policy "
+                "(model.name); give another role a policy of its own"
             )
         if primary_pool is None:
             raise RlvrError(
@@ -105,6 +116,14 @@ class RolePlayer:
     @property
     def primary(self) -> str:
         return self.game.roles[0]
+
+    def engine_of(self, role: str) -> RolloutEngine:
+        """The engine ``role`` samples with: its own policy's, or the run's."""
+        return self.engines.get(role, self.engine)
+
+    def generators(self) -> list[torch.Generator]:
+        """The sampling RNG of every engine the game samples with (the run's first)."""
+        return [self.engine.generator, *(e.generator for e in self.engines.values())]
 
     def _params(self, role: str) -> SamplingParams:
         r, s = self.cfg.rollout, self.settings[role]
@@ -163,8 +182,9 @@ class RolePlayer:
                 self.context_from,
                 f"roles.settings.{role}.max_new_tokens",
             )
-        version = self.engine.policy_version
-        for (i, prompt), completions in zip(entries, self.engine.generate(ids, params)):
+        engine = self.engine_of(role)
+        version = engine.policy_version
+        for (i, prompt), completions in zip(entries, engine.generate(ids, params)):
             trajectories = [Trajectory.from_completion(c, i, examples[i].id, version) for c in completions]
             played[i].setdefault(role, []).append(RoleGroup(role, i, prompt, trajectories))
 

@@ -131,9 +131,11 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None,
     state: dict[str, Any],
     keep: int | None,
+    extra_models: dict[str, torch.nn.Module] | None = None,
 ) -> Path:
     """Write ``root/step-NNNNNN`` atomically; ``trainer_state=None`` writes the model and tokenizer
-    only (not resumable). Then keeps the ``keep`` newest checkpoints (None: all) and the newest
+    only (not resumable). ``extra_models`` (``{subdirectory: model}``: a role game's own policies)
+    are written as ``subdirectory/model`` with the tokenizer, in the same atomic step. Then keeps the ``keep`` newest checkpoints (None: all) and the newest
     resumable one (:func:`prune`)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -142,7 +144,9 @@ def save_checkpoint(
         raise CheckpointError(f"cannot create the checkpoint directory {root}: {why}") from err
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{PREFIX}{step:06d}"
+    extra_models = extra_models or {}
     needed = estimate_checkpoint_bytes(model, trainer_state)
+    needed += sum(tensor_bytes(m.state_dict()) for m in extra_models.values())
     check_free_space(root, final, needed)
     try:
         if tmp.exists():
@@ -152,6 +156,9 @@ def save_checkpoint(
         else:
             model.save_pretrained(tmp / "model", safe_serialization=True)
         tokenizer.save_pretrained(tmp / "model")
+        for sub, extra in extra_models.items():
+            extra.save_pretrained(tmp / sub / "model", safe_serialization=True)
+            tokenizer.save_pretrained(tmp / sub / "model")
         if trainer_state is not None:
             write_trainer_state(trainer_state, tmp / "trainer_state.pt")
         meta = {**state, "step": step, "resumable": trainer_state is not None}

@@ -58,8 +58,13 @@ def describe_roles(cfg: RunConfig) -> str:
         else:
             items = s.rewards if s and s.rewards is not None else game.default_rewards(role)
             rewards = " + ".join(i["name"] if isinstance(i, dict) else i.name for i in items)
-        parts.append(f"{role} ({size} samples, ≤{tokens} tokens, loss weight {weight:g}, {rewards})")
-    return f"{cfg.roles.game}: " + "; ".join(parts) + " — one policy, shared weights"
+        own = ""
+        if s is not None and s.policy == "own":
+            lr = s.lr if s.lr is not None else cfg.optim.lr
+            own = f", its own policy from {s.model or cfg.model.name} at lr {lr:g}"
+        parts.append(f"{role} ({size} samples, ≤{tokens} tokens, loss weight {weight:g}, {rewards}{own})")
+    separate = any(s.policy == "own" for s in cfg.roles.settings.values())
+    return f"{cfg.roles.game}: " + "; ".join(parts) + ("" if separate else " — one policy, shared weights")
 
 
 def _mapping(values: dict[str, Any]) -> str:

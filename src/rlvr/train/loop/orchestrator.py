@@ -32,6 +32,7 @@ from rlvr.log.progress import StepLines, eval_line, is_live
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.rewards.scoring import check_reward_examples
+from rlvr.roles.policies import RolePolicies, check_own_policies
 from rlvr.train.learn.controllers import Coefficients
 from rlvr.train.learn.estimate import check_algorithm
 from rlvr.train.learn.learner import Learner
@@ -75,6 +76,7 @@ class Orchestrator:
             cfg.model.device = rank_device(cfg.model.device, self.ranks)
             if not self.ranks.is_main:
                 self.console, self.quiet = Console(stderr=True, quiet=True), True
+        check_own_policies(cfg, self.ranks.active)  # roles.settings.<role>.policy=own: what it refuses
         self.run_dir = self.ranks.on_main(lambda: prepare_run_dir(cfg, resume))
         torch.manual_seed(cfg.seed)
         if cfg.model.threads:
@@ -107,8 +109,12 @@ class Orchestrator:
         if self.fsdp:
             shard_policy(policy)
         self.learner = Learner(cfg, policy, engine.pad_id)
+        # a role game's roles with a policy of their own: model, engine, learner each (rlvr.roles.policies)
+        self.role_policies = RolePolicies(cfg, self.tokenizer, start)
         self.collect_ranks = self.ranks  # the collector's collectives (async under torchrun: its own group)
-        self.collector = Collector(cfg, engine, self.tokenizer, train_examples, eval_examples)
+        self.collector = Collector(
+            cfg, engine, self.tokenizer, train_examples, eval_examples, self.role_policies.engines
+        )
         # what the stage trains on (rlvr.train.stages): the collector itself for RL
         self.source = build_source(cfg, self.collector, self.tokenizer)
         if self.ranks.active:  # each rank samples its own slice of the prompts, trains its groups
@@ -141,7 +147,11 @@ class Orchestrator:
 
     # ----------------------------------------------------------------------------- state
     def _generators(self) -> dict[str, torch.Generator]:
-        return {"engine": self.collector.generator, "update": self.learner.generator}
+        return {
+            "engine": self.collector.generator,
+            "update": self.learner.generator,
+            **self.role_policies.generators(),
+        }
 
     def _restore(self, path: Path) -> None:
         state, trainer_state = ckpt.load_state(path)
@@ -149,6 +159,8 @@ class Orchestrator:
             load_full_optimizer_state(self.learner.model, self.learner.optimizer, trainer_state["optimizer"])
             trainer_state = {**trainer_state, "optimizer": self.learner.optimizer.state_dict()}
         self.learner.load_state_dict(trainer_state)
+        if self.role_policies:
+            self.role_policies.load_state_dict(trainer_state.get("roles", {}))
         rng, exact = self.ranks.rng_of(trainer_state)  # under torchrun: this rank's own
         ckpt.restore_rng(rng, self._generators())
         if not exact:  # saved by another number of ranks: each rank starts a fresh sampling stream
@@ -176,6 +188,8 @@ class Orchestrator:
         if not model_only:  # every rank's RNG state (one process: its own)
             rng = self.ranks.gather(ckpt.rng_state(self._generators()))
             trainer_state = {**self.learner.state_dict(), "rng": rng[0]}
+            if self.role_policies:
+                trainer_state["roles"] = self.role_policies.state_dict()
             if self.ranks.active:
                 trainer_state["rank_rng"] = rng
             if self.fsdp:  # gathered from the shards (a collective)
@@ -203,6 +217,7 @@ class Orchestrator:
                     trainer_state,
                     state,
                     self.cfg.train.keep_checkpoints,
+                    self.role_policies.models(),
                 )
             )
         except ckpt.CheckpointError as err:  # the step's metrics line says its checkpoint is missing
@@ -236,17 +251,21 @@ class Orchestrator:
         self.error_echo.observe(collection.seen)
         self.hack_watch.observe(self.step + 1, metrics)
         metrics.update(skip_metrics(collection.seen, kept_in_seen(collection)))  # groups/skipped/<reason>
-        if collection.kept:
-            metrics.update(self.learner.update(collection.kept, collection.seen))
+        kept, seen, roles_updated = collection.kept, collection.seen, False
+        if self.role_policies:  # each own-policy role trains on its groups; the rest are the run policy's
+            kept, seen, role_metrics, roles_updated = self.role_policies.update(kept, seen)
+            metrics.update(role_metrics)
+        if kept:
+            metrics.update(self.learner.update(kept, seen))
         if self.pipeline is not None:  # no collection runs while the weights change (async_collect.py)
             waited = time.perf_counter()
             self.pipeline.wait_idle()
             metrics["async/wait_s"] = time.perf_counter() - waited
-        if collection.kept:
+        if kept:
             pushed = time.perf_counter()
             self.sync.push(self.learner.weights(), self.learner.version)
             metrics["time/sync_s"] = time.perf_counter() - pushed
-        else:
+        elif not roles_updated:
             metrics["update/skipped"] = 1.0
         dt = time.perf_counter() - t0
         self.step += 1

@@ -54,9 +54,9 @@ class RoleSettings(Section):
     )
     policy: Literal["shared", "own"] = Field(
         "shared",
-        description="shared: this role is the run's policy, told apart by its prompt; own: a policy of its "
-        "own (a separate model, engine, learner and optimizer, saved under checkpoints/step-N/roles/<role>/). "
-        "Not for the primary role, which is the run's policy.",
+        description="shared: this role is the run's policy, told apart by its prompt; own: a policy of "
+        "its own (a separate model, engine, learner and optimizer, saved under "
+        "checkpoints/step-N/roles/<role>/). Not for the primary role, which is the run's policy.",
     )
     model: str | None = Field(
         None,

@@ -52,9 +52,10 @@ def check_own_policies(cfg: RunConfig, distributed: bool) -> None:
     key = f"roles.settings.{roles[0]}.policy=own"
     if not cfg.roles.game:
         raise RlvrError(f"{key}: roles.settings need a role game (roles.game)")
+    engine = cfg.rollout.engine
     refusals = [
-        (cfg.rollout.engine != "hf", f"rollout.engine={cfg.rollout.engine}: own policies sample with the HF engine"),
-        (cfg.train.max_staleness is not None, "train.max_staleness: asynchronous collection trains one policy"),
+        (engine != "hf", f"rollout.engine={engine}: own policies sample with the HF engine"),
+        (cfg.train.max_staleness is not None, "train.max_staleness: asynchronous collection is one policy's"),
         (bool(cfg.model.lora.r), "model.lora.r: an own policy is trained in full, not with adapters"),
         (distributed, "torchrun: a run with own policies trains in one process"),
     ]

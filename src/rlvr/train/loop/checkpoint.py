@@ -135,8 +135,8 @@ def save_checkpoint(
 ) -> Path:
     """Write ``root/step-NNNNNN`` atomically; ``trainer_state=None`` writes the model and tokenizer
     only (not resumable). ``extra_models`` (``{subdirectory: model}``: a role game's own policies)
-    are written as ``subdirectory/model`` with the tokenizer, in the same atomic step. Then keeps the ``keep`` newest checkpoints (None: all) and the newest
-    resumable one (:func:`prune`)."""
+    are written as ``subdirectory/model`` with the tokenizer, in the same atomic step. Then keeps the
+    ``keep`` newest checkpoints (None: all) and the newest resumable one (:func:`prune`)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -216,6 +216,8 @@ def group_records(
     scored members only)."""
     for offset, (g, keep) in enumerate(zip(groups, kept, strict=True)):
         baseline = {} if g.baseline_reward is None else {"baseline_reward": g.baseline_reward}
+        if g.role is not None:  # a role game's role (rlvr.roles), for the logs
+            baseline["role"] = g.role
         flags = [keep] * len(g.trajectories) if isinstance(keep, bool) else list(keep)
         for t, flag in zip(g.trajectories, flags, strict=True):
             yield trajectory_record(t, first + offset, flag, **extra, **baseline)

@@ -47,17 +47,19 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 
 @pytest.fixture(scope="module")
 def start_weights() -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in load_model("tiny-random", "float32", "cpu").state_dict().items()}
+    model = load_model("tiny-random", "float32", "cpu")
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 @pytest.mark.parametrize(("coder_weight", "tester_weight"), [(0.0, 1.0), (1.0, 0.0)])
-def test_a_roles_tokens_train_only_its_own_policy(tmp_path, start_weights, coder_weight, tester_weight) -> None:
+def test_a_roles_tokens_train_only_its_own_policy(
+    tmp_path, start_weights, coder_weight: float, tester_weight: float
+) -> None:
     """The coder's groups train the run's policy and the tester's its own: with one role's loss
     weight 0 its policy's weights stay exactly as they started while the other's move."""
     name = f"w{coder_weight}-{tester_weight}"
-    cfg = api.load_config(
-        "grpo", [*BASE, own(coder_weight, tester_weight), "train.steps=1", f"output_dir={tmp_path}", f"name={name}"]
-    )
+    settings = own(coder_weight, tester_weight)
+    cfg = api.load_config("grpo", [*BASE, settings, "train.steps=1", f"output_dir={tmp_path}", f"name={name}"])
     api.train(cfg, quiet=True)
     (ckpt,) = (tmp_path / name / "checkpoints").iterdir()
     start = {k: v for k, v in start_weights.items() if k != "lm_head.weight"}
@@ -78,7 +80,8 @@ def test_each_role_samples_with_its_own_policy(tmp_path) -> None:
             p.add_(torch.randn(p.shape, generator=gen) * 0.2)
     other.save_pretrained(tmp_path / "other")
     load_tokenizer("tiny-random").save_pretrained(tmp_path / "other")
-    overrides = [*BASE, own(extra=f", model: '{tmp_path / 'other'}'"), "train.steps=1", "train.log_trajectories=true"]
+    settings = own(extra=f", model: '{tmp_path / 'other'}'")
+    overrides = [*BASE, settings, "train.steps=1", "train.log_trajectories=true"]
     api.train(api.load_config("grpo", [*overrides, f"output_dir={tmp_path}", "name=v"]), quiet=True)
     (step,) = [m for m in read_jsonl(tmp_path / "v" / "metrics.jsonl") if m["phase"] == "train"]
     assert step["role/tester/mismatch/logprob_diff_max"] < 1e-4

@@ -59,7 +59,8 @@ def test_a_roles_tokens_train_only_its_own_policy(
     weight 0 its policy's weights stay exactly as they started while the other's move."""
     name = f"w{coder_weight}-{tester_weight}"
     settings = own(coder_weight, tester_weight)
-    cfg = api.load_config("grpo", [*BASE, settings, "train.steps=1", f"output_dir={tmp_path}", f"name={name}"])
+    overrides = [*BASE, settings, "train.steps=1", f"output_dir={tmp_path}", f"name={name}"]
+    cfg = api.load_config("grpo", overrides)
     api.train(cfg, quiet=True)
     (ckpt,) = (tmp_path / name / "checkpoints").iterdir()
     start = {k: v for k, v in start_weights.items() if k != "lm_head.weight"}

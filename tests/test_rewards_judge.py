@@ -14,7 +14,7 @@ import torch
 from rlvr.data.example import Example
 from rlvr.errors import RlvrError
 from rlvr.rewards import RewardPool, RewardSpec, get_reward
-from rlvr.rewards.judge import JudgeClient, JudgeError, parse_score
+from rlvr.rewards.judge import JudgeClient, JudgeError, judge_reward, parse_score
 from rlvr.rewards.judge_server import ChatModel, start_in_thread
 
 RUBRIC = "Question: {question}\nAnswer: {answer}\nRate the answer from 0 to {max_score}. Score:"
@@ -148,3 +148,24 @@ def test_the_rubric_reads_the_example_metadata():
         RlvrError, match=r"rewards.functions\[0\] \(judge\).*example 'x' has no metadata\[extra\]\[level\]"
     ):
         check_reward_examples(rewards, [graded, Example(id="x", prompt=[], metadata={"rubric": "r"})])
+
+
+def test_few_shot_turns_go_before_the_rubric(monkeypatch):
+    """A verifier trained with a demonstration turn (docs/roles.md) is asked as it was trained."""
+    sent = []
+
+    def complete(self, messages):
+        sent.append(messages)
+        return "Score: 1"
+
+    monkeypatch.setattr(JudgeClient, "complete", complete)
+    shots = [("Is 2 + 2 = 5 right?", "No.\nScore: 0")]
+    score = judge_reward("4", example(), url="http://127.0.0.1:9/v1", rubric="Q: {answer}", few_shot=shots)
+    assert score == pytest.approx(0.1)
+    assert sent == [
+        [
+            {"role": "user", "content": "Is 2 + 2 = 5 right?"},
+            {"role": "assistant", "content": "No.\nScore: 0"},
+            {"role": "user", "content": "Q: 4"},
+        ]
+    ]

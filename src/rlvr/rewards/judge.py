@@ -247,6 +247,7 @@ def judge_reward(
     max_concurrency: Annotated[int, Ge(1)] = 8,
     cache_dir: str | None = None,
     max_tokens: Annotated[int, Gt(0)] = 32,
+    few_shot: list[tuple[str, str]] | None = None,
 ) -> float:
     """Ask the judge at ``url`` to grade the completion; the parsed score divided by ``max_score``.
 
@@ -254,7 +255,8 @@ def judge_reward(
     ``{max_score}`` and ``{metadata[key]}`` (any depth: ``{metadata[extra_info][rubric]}``): the
     example's metadata, e.g. a per-example rubric column of a data file. ``extract`` (an
     :func:`extract_answer` mode) grades only the extracted answer; by default the judge sees the
-    whole completion.
+    whole completion. ``few_shot``: (user message, reply) pairs sent before the rubric as chat
+    turns, e.g. the demonstration a verifier trained in a role game saw (docs/roles.md).
     """
     answer = completion if extract is None else (extract_answer(completion, mode=extract) or "")
     try:
@@ -280,4 +282,9 @@ def judge_reward(
         cache_dir=cache_dir,
         max_tokens=max_tokens,
     )
-    return parse_score(client.complete([{"role": "user", "content": prompt}]), max_score)
+    turns = [
+        {"role": role, "content": text}
+        for pair in few_shot or ()
+        for role, text in zip(("user", "assistant"), pair, strict=True)
+    ]
+    return parse_score(client.complete([*turns, {"role": "user", "content": prompt}]), max_score)

@@ -7,9 +7,9 @@ trained reward, asked with the verifier's own instruction and demonstration from
 ``recipes/solver_verifier.yaml``; the verifier (``reasoning_gym``) rides along at weight 0 to give
 the held-out accuracy. The runs land in ``--out`` like ``benchmarks/algorithms.py``'s::
 
-    .venv/bin/python benchmarks/judge_from_verifier.py \\
-        --verifier runs/roles2/sv-own/runs/solver_verifier-own-s0/checkpoints/step-000015/roles/verifier/model \\
-        --seeds 0,1 --budget-s 600 --out runs/roles2/grpo-judge
+    V=runs/roles2/sv-own/runs/solver_verifier-own-s0/checkpoints/step-000015/roles/verifier/model
+    .venv/bin/python benchmarks/judge_from_verifier.py --verifier $V --seeds 0,1 --budget-s 600 \\
+        --out runs/roles2/grpo-judge
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ import pytest
 from tiny import TINY_RUN
 
 from rlvr import api
+from rlvr.data.code_functions import all_problems
 from rlvr.data.example import Example
 from rlvr.envs import make_env
-from rlvr.envs.self_verify import VERIFY_PROMPT, last_answer, verdict
+from rlvr.envs.self_verify import VERIFY_CODE_PROMPT, VERIFY_PROMPT, last_answer, verdict
 from rlvr.log import read_jsonl
+from rlvr.rewards import sandbox
 
 EXAMPLE = Example(id="q", prompt=[{"role": "user", "content": "12 + 5 = ?"}], reference="17")
 
@@ -85,3 +87,39 @@ def test_the_recipes_episode_budget_leaves_the_second_turn_its_tokens() -> None:
     request = len(tokenizer(VERIFY_PROMPT)["input_ids"])
     markers = 16  # the end of turn 1, the user turn's and the assistant turn's markers
     assert cfg.env.max_tokens >= 2 * cfg.rollout.max_new_tokens + request + markers
+
+
+@pytest.mark.skipif(sandbox.backend_name() != "bwrap", reason="model-written code runs only under bubblewrap")
+def test_check_code_judges_each_turns_program_by_the_hidden_tests_in_the_sandbox() -> None:
+    """recipes/self_verify_code.yaml: the verdict is rewarded against the hidden tests' verdict on the
+    first program; a corrected second program counts as fixed."""
+    task = all_problems()[0]
+    right = f"```python\n{task.reference}```"
+    wrong = "```python\n" + task.reference.replace("return", "return 1 + ") + "```"
+    cases = {  # (first, second): (turn-2 reward, first_correct, final_correct, agrees, fixed, broken)
+        (right, "<verdict>correct</verdict>"): (0.5, 1, 1, 1, 0, 0),
+        (wrong, "<verdict>correct</verdict>"): (0.0, 0, 0, 0, 0, 0),
+        (wrong, "<verdict>incorrect</verdict>\n" + right): (0.5, 0, 1, 1, 1, 0),
+        (right, "<verdict>incorrect</verdict>\n" + wrong): (0.0, 1, 0, 0, 0, 1),
+    }
+    for (first, second), (reward, fc, final, agrees, fixed, broken) in cases.items():
+        env = make_env("self_verify", {"check": "code"})
+        env.reset(task, random.Random(0))
+        one = env.step(first)
+        assert one.messages == [{"role": "user", "content": VERIFY_CODE_PROMPT}]
+        assert env.step(second).reward == reward, (first, second)
+        outcome = env.outcome()
+        assert (outcome["first_correct"], outcome["final_correct"]) == (fc, final), (first, second)
+        assert (outcome["verdict_agrees"], outcome["fixed"], outcome["broken"]) == (agrees, fixed, broken)
+    env = make_env("self_verify", {"check": "code"})
+    with pytest.raises(ValueError, match="metadata.tests"):
+        env.reset(EXAMPLE, random.Random(0))
+
+
+def test_the_code_recipes_episode_budget_leaves_the_second_turn_its_tokens() -> None:
+    from rlvr.models.loading import load_tokenizer
+
+    cfg = api.load_config("self_verify_code")
+    request = len(load_tokenizer(cfg.model.name)(VERIFY_CODE_PROMPT)["input_ids"])
+    assert cfg.env.params["check"] == "code"
+    assert cfg.env.max_tokens >= 2 * cfg.rollout.max_new_tokens + request + 16

@@ -297,6 +297,18 @@ def test_the_games_own_rewards_score_a_training_step(recipe: str, tmp_path) -> N
         )
 
 
+def full_and_resumed(tmp_path, steps: list[str]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """The train rows of run ``full`` and of run ``cut``, stopped after its first step and resumed."""
+    api.train(api.load_config("grpo", [*steps, "name=full"]), quiet=True)
+    api.train(api.load_config("grpo", [*steps, "name=cut", "train.time_limit_s=0.001"]), quiet=True)
+    api.train(api.load_config("grpo", [*steps, "name=cut"]), resume=True, quiet=True)
+
+    def rows(name: str) -> dict[int, dict]:
+        return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
+
+    return rows("full"), rows("cut")
+
+
 def test_a_role_run_resumes_exactly(tmp_path) -> None:
     steps = [
         *ROLE_RUN,
@@ -306,14 +318,7 @@ def test_a_role_run_resumes_exactly(tmp_path) -> None:
         "optim.lr=1e-3",
         f"output_dir={tmp_path}",
     ]
-    api.train(api.load_config("grpo", [*steps, "name=full"]), quiet=True)
-    api.train(api.load_config("grpo", [*steps, "name=cut", "train.time_limit_s=0.001"]), quiet=True)
-    api.train(api.load_config("grpo", [*steps, "name=cut"]), resume=True, quiet=True)
-
-    def rows(name: str) -> dict[int, dict]:
-        return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
-
-    full, resumed = rows("full"), rows("cut")
+    full, resumed = full_and_resumed(tmp_path, steps)
     assert sorted(resumed) == [1, 2, 3]
     for step in (2, 3):
         for key in ("role/coder/reward", "role/tester/reward", "role/tester/mean_length", "update/loss"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_roles import full_and_resumed
 from tiny import TINY_RUN
 
 from rlvr import api
@@ -101,14 +102,7 @@ def test_each_role_samples_with_its_own_policy(tmp_path) -> None:
 
 def test_a_two_policy_run_resumes_exactly(tmp_path) -> None:
     steps = [*BASE, own(), "train.steps=3", "train.save_every=1", "optim.lr=1e-3", f"output_dir={tmp_path}"]
-    api.train(api.load_config("grpo", [*steps, "name=full"]), quiet=True)
-    api.train(api.load_config("grpo", [*steps, "name=cut", "train.time_limit_s=0.001"]), quiet=True)
-    api.train(api.load_config("grpo", [*steps, "name=cut"]), resume=True, quiet=True)
-
-    def rows(name: str) -> dict[int, dict]:
-        return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
-
-    full, resumed = rows("full"), rows("cut")
+    full, resumed = full_and_resumed(tmp_path, steps)
     assert sorted(resumed) == [1, 2, 3]
     keys = ("role/coder/reward", "role/tester/reward", "role/tester/update/loss", "update/loss")
     for step in (2, 3):

@@ -147,8 +147,7 @@ class SelfVerify(Environment):
             if answer not in self._verdicts:
                 from rlvr.rewards.code import code_reward
 
-                fenced = f"```python\n{answer}```"
-                self._verdicts[answer] = code_reward(fenced, self.example) >= 1.0
+                self._verdicts[answer] = code_reward(answer, self.example, extract="raw") >= 1.0
             return self._verdicts[answer]
         return answer_key(answer) == self.reference
 

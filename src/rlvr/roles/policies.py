@@ -89,10 +89,8 @@ def check_tokenizer(tokenizer: Any, name: str, run_model: str, key: str) -> None
 
 @dataclass
 class RolePolicy:
-    """One role's own model, engine, weight sync and learner."""
+    """One role's own engine, weight sync and learner (which holds its model)."""
 
-    role: str
-    cfg: RunConfig
     engine: RolloutEngine
     sync: Any
     learner: Any  # rlvr.train.learn.learner.Learner
@@ -120,9 +118,9 @@ class RolePolicies:
                     )
                 source = str(saved)
             policy = load_model(source, rcfg.model.dtype, rcfg.model.device)
+            # the run directory only holds a vLLM server's log; own policies use the HF engine
             engine, sync = engine_and_sync(rcfg, policy, tokenizer, Path("."), False)
-            learner = Learner(rcfg, policy, engine.pad_id)
-            self.policies[role] = RolePolicy(role, rcfg, engine, sync, learner)
+            self.policies[role] = RolePolicy(engine, sync, Learner(rcfg, policy, engine.pad_id))
 
     def __bool__(self) -> bool:
         return bool(self.policies)

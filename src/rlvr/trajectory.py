@@ -32,6 +32,7 @@ from typing import Any
 from rlvr.errors import RlvrError
 from rlvr.rollout.base import Completion
 from rlvr.safe_parse import loads_json
+from rlvr.vision.prompt import copy_prompt
 
 SAMPLED, GIVEN, CONTEXT = "sampled", "given", "context"
 TRAINED = (SAMPLED, GIVEN)  # the kinds the loss mask covers
@@ -100,7 +101,7 @@ class Trajectory:
     ) -> Trajectory:
         """The one-segment trajectory of a single-turn completion."""
         return cls(
-            prompt_ids=list(completion.prompt_ids),
+            prompt_ids=copy_prompt(completion.prompt_ids),
             segments=[Segment(SAMPLED, list(completion.token_ids), list(completion.logprobs))],
             finish_reason=completion.finish_reason,
             text=completion.text,

@@ -34,6 +34,7 @@ from rlvr.config.data_plan import ReplayConfig
 from rlvr.data.history import CORRECT_AT
 from rlvr.errors import RlvrError
 from rlvr.trajectory import Segment, Trajectory, TrajectoryGroup
+from rlvr.vision.prompt import copy_prompt
 
 _FIELDS = (
     "prompt_ids",
@@ -56,7 +57,7 @@ def _copy(t: Trajectory, replayed: bool) -> Trajectory:
     """A copy of ``t`` that shares no list or dict with it, without the learner's advantages."""
     return replace(
         t,
-        prompt_ids=list(t.prompt_ids),
+        prompt_ids=copy_prompt(t.prompt_ids),
         segments=[
             Segment(s.kind, list(s.token_ids), None if s.logprobs is None else list(s.logprobs))
             for s in t.segments

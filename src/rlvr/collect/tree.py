@@ -34,6 +34,7 @@ from rlvr.errors import RlvrError
 from rlvr.rewards.scoring import score_completions
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.trajectory import SAMPLED, Segment, Trajectory, TrajectoryGroup
+from rlvr.vision.prompt import copy_prompt
 
 
 def node_values(
@@ -99,7 +100,7 @@ def grow_tree(
             for c in continuations:
                 ids, lps, finish, text = joined(c, prefix, prefix_lps, head, limit, tokenizer)
                 child = Trajectory(
-                    prompt_ids=list(parent.prompt_ids),
+                    prompt_ids=copy_prompt(parent.prompt_ids),
                     segments=[Segment(SAMPLED, ids, lps)],
                     finish_reason=finish,
                     text=text,

@@ -68,6 +68,11 @@ class ModelConfig(Section):
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads; None = all cores.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    vision_tower: Literal["trained", "frozen"] = Field(
+        "trained",
+        description="A vision-language policy's image encoder: trained with the rest, or frozen (the "
+        "connector and the language side still train; docs/vision.md). Text-only models: trained.",
+    )
 
     @model_validator(mode="before")
     @classmethod

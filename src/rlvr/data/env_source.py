@@ -12,6 +12,9 @@ held-out seeds odd) and whose boards or secrets are split too (:mod:`rlvr.envs.g
 ``data.task_config`` holds the game's options and travels with each example (``env_params``).
 ``code_functions`` is single-turn (no environment): small Python function tasks with hidden tests
 for the ``code`` reward and the coder / test-writer game (:mod:`rlvr.data.code_functions`).
+``vision_count``, ``vision_colour``, ``vision_position`` and ``vision_chart`` are single-turn too:
+image questions drawn with Pillow (``Example.images``), answered by a number or a word that the
+``exact_match`` reward checks (:mod:`rlvr.data.vision_tasks`; train and held-out scenes disjoint).
 """
 
 from __future__ import annotations
@@ -89,6 +92,34 @@ def _code_functions(count: int, seed: int, split: str, **config: Any) -> list[Ex
     if config:
         raise ValueError(f"code_functions takes no options (got {', '.join(config)})")
     return code_function_examples(count, seed, split)
+
+
+@register_env_dataset("vision_count")
+def _vision_count(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.data.vision_tasks import vision_count_examples
+
+    return vision_count_examples(count, seed, split, **config)
+
+
+@register_env_dataset("vision_colour")
+def _vision_colour(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.data.vision_tasks import vision_colour_examples
+
+    return vision_colour_examples(count, seed, split, **config)
+
+
+@register_env_dataset("vision_position")
+def _vision_position(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.data.vision_tasks import vision_position_examples
+
+    return vision_position_examples(count, seed, split, **config)
+
+
+@register_env_dataset("vision_chart")
+def _vision_chart(count: int, seed: int, split: str, **config: Any) -> list[Example]:
+    from rlvr.data.vision_tasks import vision_chart_examples
+
+    return vision_chart_examples(count, seed, split, **config)
 
 
 def load_env_examples(task: str, count: int, seed: int, split: str, config: dict[str, Any]) -> list[Example]:

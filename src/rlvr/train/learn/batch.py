@@ -14,11 +14,13 @@ single-turn completion the two masks are equal.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
 from rlvr.rollout import Completion
 from rlvr.trajectory import Trajectory
+from rlvr.vision.prompt import vision_of
 
 
 @dataclass
@@ -40,6 +42,9 @@ class TrainBatch:
     # [B] bool, the row is a replayed past sample (rlvr.collect.replay): its sampling logprobs are an
     # older policy's, and the update weights it by the importance ratio; None when no row is
     replayed: torch.Tensor | None = None
+    # per prompt row, its images (a rlvr.vision.prompt.VisionPrompt) or None; None when no prompt has
+    # any. The forwards that encode the prompts pass them to the model (rlvr.vision.prompt.vision_kwargs)
+    prompt_vision: list[Any] | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -74,11 +79,15 @@ class TrainBatch:
             old_values=per_row(self.old_values),
             given_mask=per_row(self.given_mask),
             replayed=per_row(self.replayed),
+            prompt_vision=None
+            if self.prompt_vision is None
+            else [self.prompt_vision[i] for i in used.tolist()],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
-        moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return TrainBatch(**{k: v if v is None else v.to(device) for k, v in moved.items()})
+        moved = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prompt_vision"}
+        moved = {k: v if v is None else v.to(device) for k, v in moved.items()}
+        return TrainBatch(**moved, prompt_vision=self.prompt_vision)  # moved when collated
 
 
 def build_batch(
@@ -91,6 +100,7 @@ def build_batch(
         for g in groups
     ]
     prompts = [g[0].prompt_ids for g in rows]
+    vision = [vision_of(p) for p in prompts]
     ledgers = [t for g in rows for t in g]
     prompt_width = max(len(p) for p in prompts)
     responses = [t.response_ids for t in ledgers]
@@ -126,4 +136,5 @@ def build_batch(
         truncated=torch.tensor([t.finish_reason == "length" for t in ledgers]),
         given_mask=given_mask,
         replayed=torch.tensor([t.replayed for t in ledgers]) if any(t.replayed for t in ledgers) else None,
+        prompt_vision=vision if any(v is not None for v in vision) else None,
     )

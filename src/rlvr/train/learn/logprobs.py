@@ -21,6 +21,8 @@ from transformers import DynamicCache
 
 from rlvr.train.learn.batch import TrainBatch
 from rlvr.train.learn.token_logprobs import token_logprobs, token_logprobs_reference
+from rlvr.vision.positions import text_positions, vision_positions
+from rlvr.vision.prompt import check_images_reach, vision_kwargs
 
 
 def _token_logprobs(
@@ -52,16 +54,22 @@ def completion_logprobs(
     index = batch.group_index
     prompt_mask = batch.prompt_mask
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    # a VLM's prompt images go into the prompt's pass (images never end a prompt: its template does)
+    vision = vision_kwargs(batch.prompt_vision or [], batch.prompt_ids.device)
+    check_images_reach(model, batch.prompt_ids, vision, "the training forward")
+    prompt_positions = vision_positions(model, batch.prompt_ids, prompt_mask, positions, vision)
+    positions = text_positions(prompt_positions)
     cache, past_mask = None, prompt_mask[index, :0]
     if batch.prompt_ids.shape[1] > 1:
         cache = DynamicCache()
         model(
             input_ids=batch.prompt_ids[:, :-1],
             attention_mask=prompt_mask[:, :-1],
-            position_ids=positions[:, :-1],
+            position_ids=prompt_positions[..., :-1],
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,  # unused: no gradient reaches it
+            **vision,
         )
         cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
         past_mask = prompt_mask[index, :-1]
@@ -92,12 +100,18 @@ def completion_logprobs_simple(
     input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
     mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    vision = []
+    if batch.prompt_vision is not None:
+        vision = [batch.prompt_vision[i] for i in batch.group_index.tolist()]
+    vision = vision_kwargs(vision, input_ids.device)
+    check_images_reach(model, input_ids, vision, "the training forward")
     width = batch.completion_width
     out = model(
         input_ids=input_ids,
         attention_mask=mask,
-        position_ids=positions,
+        position_ids=vision_positions(model, input_ids, mask, positions, vision),
         use_cache=False,
         logits_to_keep=width + 1,
+        **vision,
     )
     return token_logprobs_reference(out.logits[:, :-1], batch.completion_ids, temperature, with_entropy)

@@ -155,10 +155,12 @@ def save_checkpoint(
             save_lora(model, tmp)
         else:
             model.save_pretrained(tmp / "model", safe_serialization=True)
-        tokenizer.save_pretrained(tmp / "model")
+        # a VLM's processor (image processor, tokenizer, chat template), else the tokenizer
+        saver = getattr(tokenizer, "rlvr_processor", None) or tokenizer
+        saver.save_pretrained(tmp / "model")
         for sub, extra in extra_models.items():
             extra.save_pretrained(tmp / sub / "model", safe_serialization=True)
-            tokenizer.save_pretrained(tmp / sub / "model")
+            saver.save_pretrained(tmp / sub / "model")
         if trainer_state is not None:
             write_trainer_state(trainer_state, tmp / "trainer_state.pt")
         meta = {**state, "step": step, "resumable": trainer_state is not None}

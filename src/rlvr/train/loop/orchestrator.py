@@ -55,6 +55,7 @@ from rlvr.train.scale.fsdp import (
 )
 from rlvr.train.scale.shard import distribute_learner
 from rlvr.train.stages import build_source
+from rlvr.vision.tower import apply_vision_tower
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "prompt_history.jsonl", "trajectories.jsonl")
 
@@ -100,6 +101,7 @@ class Orchestrator:
             policy = load_model(
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
+        apply_vision_tower(policy, cfg.model.vision_tower)
         self.pipeline: AsyncCollector | None = None
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
         engine, self.sync = engine_and_sync(cfg, policy, self.tokenizer, self.run_dir, self.fsdp)

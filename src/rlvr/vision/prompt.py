@@ -1,0 +1,149 @@
+"""Prompts with images: token ids that carry the tensors their images become.
+
+A vision-language model's processor expands each image of a prompt into image tokens in the ids and
+into pixel values (and, per architecture, a pixel mask or a patch grid). :class:`VisionPrompt` is the
+prompt's token ids (a ``list`` of ints, so everything that reads ids — the ledger, lengths, the
+trajectory file — reads it unchanged) with those tensors attached. The rollout engine's prefill, and
+every training forward that encodes the prompt (old, reference and current log-probs), pass them to
+the model with the ids; image tokens are prompt tokens, so they are never in a loss mask.
+
+Two layouts exist among transformers' VLMs, and :func:`vision_kwargs` collates both for a batch:
+
+- per-image tiles (Idefics3 / SmolVLM, LLaVA-style): ``pixel_values`` [images, 3, H, W] per prompt;
+  a batch is [prompts, most images, 3, H, W], padded with all-zero images the model skips;
+- flattened patches (Qwen2-VL / Qwen2.5-VL): ``pixel_values`` [patches, dim] and ``image_grid_thw``
+  [images, 3] per prompt; a batch concatenates them in row order.
+
+A forward that sees image tokens but got no pixels would embed the placeholders as text and compute
+log-probs of a prompt the policy never saw, silently: :func:`check_images_reach` refuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.errors import RlvrError
+
+# per-image tensors of the tile layout, and what their padding rows hold
+_TILE_KEYS = ("pixel_values", "pixel_attention_mask")
+_PATCH_KEYS = ("pixel_values", "image_grid_thw")
+
+
+class VisionPrompt(list):
+    """A prompt's token ids with its images' tensors (``inputs``) and how many images it holds."""
+
+    def __init__(self, ids: list[int], inputs: dict[str, torch.Tensor], images: int) -> None:
+        super().__init__(ids)
+        self.inputs = inputs
+        self.images = images
+
+    def __reduce__(self):  # pickles (reward workers, checkpoints of sampled batches) with its images
+        return (VisionPrompt, (list(self), self.inputs, self.images))
+
+
+def vision_of(prompt: Any) -> VisionPrompt | None:
+    """``prompt`` when it carries images, else None."""
+    return prompt if isinstance(prompt, VisionPrompt) and prompt.images else None
+
+
+def processor_of(tokenizer: Any) -> Any | None:
+    """The processor a VLM's tokenizer was loaded with (``rlvr.models.loading.load_tokenizer``)."""
+    return getattr(tokenizer, "rlvr_processor", None)
+
+
+def with_image_parts(messages: list[dict[str, Any]], images: int) -> list[dict[str, Any]]:
+    """``messages`` with ``images`` image parts before the text of the first user message (TRL's
+    convention for an ``images`` column beside a prompt)."""
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") == "user":
+            text = message.get("content") or ""
+            message["content"] = [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": text}]
+            return out
+    raise RlvrError("a prompt with images needs a user message to put them in")
+
+
+def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images: list[Any]) -> VisionPrompt:
+    """Token ids of ``messages`` with ``images`` under the processor's chat template, ending with the
+    assistant turn, and the images' tensors."""
+    text = processor.apply_chat_template(
+        with_image_parts(messages, len(images)), add_generation_prompt=True, tokenize=False
+    )
+    encoded = processor(text=[text], images=[list(images)], return_tensors="pt", add_special_tokens=False)
+    ids = encoded["input_ids"][0].tolist()
+    inputs = {}
+    for key, value in encoded.items():
+        if key in ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"):
+            continue
+        if not isinstance(value, torch.Tensor):
+            continue
+        # the tile layout's tensors come with a batch axis of one prompt; the patch layout's do not
+        inputs[key] = value[0] if key in _TILE_KEYS and "image_grid_thw" not in encoded else value
+    return VisionPrompt(ids, inputs, len(images))
+
+
+def vision_kwargs(prompts: list[Any], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """The model keyword arguments of a batch of prompts (rows in order; a row without images gets
+    padding in the tile layout and nothing in the patch layout); ``{}`` when no prompt has images."""
+    visions = [vision_of(p) for p in prompts]
+    present = [v for v in visions if v is not None]
+    if not present:
+        return {}
+    if "image_grid_thw" in present[0].inputs:
+        out = {key: torch.cat([v.inputs[key] for v in present]) for key in _PATCH_KEYS}
+    else:
+        out = {}
+        most = max(v.images for v in present)
+        for key in present[0].inputs:
+            shapes = [v.inputs[key].shape for v in present]
+            tail = [max(s[d] for s in shapes) for d in range(1, len(shapes[0]))]
+            batch = present[0].inputs[key].new_zeros((len(prompts), most, *tail))
+            for row, v in enumerate(visions):
+                if v is not None:
+                    t = v.inputs[key]
+                    batch[(row, slice(0, t.shape[0]), *(slice(0, n) for n in t.shape[1:]))] = t
+            out[key] = batch
+    return {k: v.to(device) for k, v in out.items()} if device is not None else out
+
+
+def image_token_id(model: torch.nn.Module) -> int | None:
+    """The token id a VLM's processor puts where image features go; None for a text-only model."""
+    config = getattr(model, "config", None)
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def is_vision_model(model: torch.nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    return getattr(config, "vision_config", None) is not None
+
+
+def check_images_reach(
+    model: torch.nn.Module, input_ids: torch.Tensor, kwargs: dict[str, Any], where: str
+) -> None:
+    """Refuse a forward whose ids hold image tokens while no pixels came with them (``where`` names
+    the forward), or pixels without a VLM to take them."""
+    token = image_token_id(model)
+    if kwargs and token is None:
+        raise RlvrError(f"{where}: the prompts have images, but the model is text-only (no vision config)")
+    if token is None or kwargs:
+        return
+    if bool((input_ids == token).any()):
+        raise RlvrError(
+            f"{where}: the prompt holds image tokens but no image reached the forward (the prompt lost "
+            "its images on the way, e.g. trajectories read back from a file): its log-probs would be "
+            "those of a prompt the policy never saw"
+        )
+
+
+def copy_prompt(prompt: list[int]) -> list[int]:
+    """A copy of ``prompt``'s ids that keeps its images (sharing their tensors): ``list(prompt)``
+    would drop them."""
+    if isinstance(prompt, VisionPrompt):
+        return VisionPrompt(list(prompt), prompt.inputs, prompt.images)
+    return list(prompt)

@@ -1,0 +1,197 @@
+"""Vision-language RL: images reach the rollout and every training forward, checkpoints keep the
+processor, runs resume exactly (docs/vision.md). On ``tiny-random-vlm`` (Idefics3 on tiny-random's
+text side, random SigLIP encoder) and an in-memory tiny Qwen2-VL (multimodal rotary positions)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from tiny import TINY_RUN
+
+from rlvr import api
+from rlvr.data.example import Example
+from rlvr.data.vision_tasks import vision_count_examples
+from rlvr.errors import RlvrError
+from rlvr.log import read_jsonl
+from rlvr.models.chat import encode_example
+from rlvr.models.loading import load_model, load_tokenizer
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
+from rlvr.trajectory import Trajectory
+from rlvr.vision.prompt import VisionPrompt
+from rlvr.vision.tower import vision_tower
+
+VLM = "tiny-random-vlm"
+
+
+@pytest.fixture(scope="module")
+def vlm() -> tuple[torch.nn.Module, object]:
+    return load_model(VLM), load_tokenizer(VLM)
+
+
+def _text_example() -> Example:
+    return Example(id="text", prompt=[{"role": "user", "content": "What is 2 + 2?"}], reference="4")
+
+
+def _rollout(model, tokenizer, examples, n=2, tokens=6, **engine_kwargs):
+    prompts = [encode_example(tokenizer, e) for e in examples]
+    engine = HFEngine(model, tokenizer, seed=0, **engine_kwargs)
+    groups = engine.generate(prompts, SamplingParams(n=n, temperature=1.0, max_new_tokens=tokens))
+    return engine, prompts, groups
+
+
+def _batch(groups, pad_id):
+    rows = [[Trajectory.from_completion(c, i, str(i), 0) for c in g] for i, g in enumerate(groups)]
+    return build_batch(rows, [0.0] * sum(len(g) for g in rows), pad_id)
+
+
+def test_images_reach_the_rollout_and_both_training_forwards_in_a_mixed_batch(vlm) -> None:
+    model, tokenizer = vlm
+    examples = [*vision_count_examples(2, 0, "train"), _text_example()]
+    engine, prompts, groups = _rollout(model, tokenizer, examples)
+    assert [type(p) for p in prompts] == [VisionPrompt, VisionPrompt, list]
+    image_token = model.config.image_token_id
+    assert all(image_token in p for p in prompts[:2]) and image_token not in prompts[2]
+    batch = _batch(groups, engine.pad_id)
+    assert [v is not None for v in batch.prompt_vision] == [True, True, False]
+    mask = batch.completion_mask
+    # image tokens are prompt tokens: never in a completion row, so never in the loss mask
+    assert not (batch.completion_ids[mask.bool()] == image_token).any()
+    for path in (completion_logprobs, completion_logprobs_simple):
+        logprobs, _ = path(model, batch)
+        assert ((logprobs - batch.sampling_logprobs) * mask).abs().max() < 1e-4, path.__name__
+    # one sub-batch of the image rows only, as micro-batching selects them
+    rows = torch.arange(4)
+    sub = batch.select(rows)
+    logprobs, _ = completion_logprobs(model, sub)
+    assert ((logprobs - sub.sampling_logprobs) * sub.completion_mask).abs().max() < 1e-4
+
+
+def test_another_image_changes_the_logprobs(vlm) -> None:
+    """The same completions scored under the other example's image: if images never reached the
+    forward, both would score alike."""
+    model, tokenizer = vlm
+    examples = vision_count_examples(2, 0, "train")
+    engine, prompts, groups = _rollout(model, tokenizer, examples)
+    batch = _batch(groups, engine.pad_id)
+    swapped = replace(batch, prompt_vision=batch.prompt_vision[::-1])
+    same, _ = completion_logprobs(model, batch)
+    other, _ = completion_logprobs(model, swapped)
+    assert ((same - other) * batch.completion_mask).abs().max() > 1e-3
+
+
+def test_a_prompt_that_lost_its_images_is_refused(vlm) -> None:
+    model, tokenizer = vlm
+    examples = vision_count_examples(1, 0, "train")
+    engine, prompts, groups = _rollout(model, tokenizer, examples)
+    batch = replace(_batch(groups, engine.pad_id), prompt_vision=None)
+    with pytest.raises(RlvrError, match="no image reached the forward"):
+        completion_logprobs(model, batch)
+    with pytest.raises(RlvrError, match="no image reached the forward"):
+        engine.generate([list(prompts[0])], SamplingParams(n=1, max_new_tokens=2))
+
+
+def test_a_text_model_refuses_a_prompt_with_images() -> None:
+    tokenizer = load_tokenizer("tiny-random")
+    example = vision_count_examples(1, 0, "train")[0]
+    with pytest.raises(RlvrError, match=r"vision_count-train-0.*image.*text-only"):
+        encode_example(tokenizer, replace(example, origin=None))
+
+
+def test_the_fused_decode_step_samples_what_the_vlm_forward_does(vlm) -> None:
+    model, tokenizer = vlm
+    examples = [*vision_count_examples(2, 1, "train"), _text_example()]
+    prompts = [encode_example(tokenizer, e) for e in examples]
+    params = SamplingParams(n=2, temperature=0.0, max_new_tokens=8, ignore_eos=True)
+    outs = {}
+    for mode in ("off", "on"):
+        engine = HFEngine(model, tokenizer, seed=0, packed_weights=mode)
+        outs[mode] = (engine.decode_path(6, params), engine.generate(prompts, params))
+    assert outs["off"][0] == "plain" and outs["on"][0] == "fused"
+    for plain, fused in zip(outs["off"][1], outs["on"][1]):
+        for a, b in zip(plain, fused):
+            assert a.token_ids == b.token_ids
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_qwen2_vl_samples_and_trains_under_its_own_3d_positions() -> None:
+    """Qwen2-VL's M-RoPE: the engine and learner log-probs equal the model's own forward, which
+    computes the 3-D positions itself (1-D positions give other numbers)."""
+    from rlvr.vision.prompt import vision_kwargs
+    from rlvr.vision.tiny import tiny_qwen2_vl
+
+    model, processor = tiny_qwen2_vl()
+    tokenizer = processor.tokenizer
+    examples = [*vision_count_examples(2, 0, "train"), _text_example()]
+    engine, prompts, groups = _rollout(model, tokenizer, examples)
+    batch = _batch(groups, engine.pad_id)
+    logprobs, _ = completion_logprobs(model, batch)
+    assert ((logprobs - batch.sampling_logprobs) * batch.completion_mask).abs().max() < 1e-4
+    completion = groups[0][0]
+    ids = torch.tensor([list(prompts[0]) + completion.token_ids])
+    with torch.no_grad():
+        out = model(
+            input_ids=ids,
+            mm_token_type_ids=(ids == model.config.image_token_id).int(),
+            **vision_kwargs([prompts[0]]),
+        )
+    own = torch.log_softmax(out.logits[0, len(prompts[0]) - 1 : -1], dim=-1)
+    own = own.gather(-1, torch.tensor(completion.token_ids)[:, None]).squeeze(-1)
+    assert (own - torch.tensor(completion.logprobs)).abs().max() < 1e-4
+
+
+def _run(tmp_path, name: str, *overrides: str, resume: bool = False) -> None:
+    steps = [
+        *TINY_RUN,
+        f"model.name={VLM}",
+        "rollout.max_new_tokens=4",
+        "train.steps=3",
+        "train.save_every=1",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=0",
+        "algo.dynamic_sampling=false",
+        f"output_dir={tmp_path}",
+        f"name={name}",
+        *overrides,
+    ]
+    api.train(api.load_config("vision_count", steps), resume=resume, quiet=True)
+
+
+def _train_rows(tmp_path, name: str) -> dict[int, dict]:
+    return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
+
+
+@pytest.mark.parametrize("tower", ["trained", "frozen"])
+def test_a_vlm_run_trains_and_its_checkpoint_reloads_with_the_processor(tmp_path, tower) -> None:
+    _run(tmp_path, tower, f"model.vision_tower={tower}", "train.steps=2")
+    saved = tmp_path / tower / "checkpoints" / "step-000002" / "model"
+    assert (saved / "processor_config.json").is_file()
+    tokenizer = load_tokenizer(str(saved))
+    example = vision_count_examples(1, 0, "eval")[0]
+    assert isinstance(encode_example(tokenizer, example), VisionPrompt)
+    start, end = load_model(VLM), load_model(str(saved))
+
+    def moved(part) -> bool:
+        before, after = part(start).state_dict(), part(end).state_dict()
+        return any(not torch.equal(before[k], after[k]) for k in before)
+
+    assert moved(lambda m: m.model.text_model) and moved(lambda m: m.model.connector)
+    assert moved(vision_tower) == (tower == "trained")
+    samples = [json.loads(line) for line in (tmp_path / tower / "samples.jsonl").read_text().splitlines()]
+    assert samples, "no samples logged"
+
+
+def test_a_vlm_run_resumes_exactly(tmp_path) -> None:
+    _run(tmp_path, "full")
+    _run(tmp_path, "cut", "train.time_limit_s=0.001")
+    _run(tmp_path, "cut", resume=True)
+    full, resumed = _train_rows(tmp_path, "full"), _train_rows(tmp_path, "cut")
+    assert sorted(resumed) == [1, 2, 3]
+    for step in (2, 3):
+        for key in ("reward/mean", "completion/mean_length", "update/loss"):
+            assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)

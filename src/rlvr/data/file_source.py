@@ -154,6 +154,7 @@ def load_file(
         answer_format=answer_format,
         verifier=verifier,
         data_source=data_source or path.stem,
+        base_dir=path.parent,
     )
     try:
         return rows_to_examples(_READERS[suffix](path), mapping, id_prefix=path.stem, source=path.name)

@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlvr.data.example import Example
@@ -37,6 +38,8 @@ VERIFIER_COLUMN = "verifier"
 # its rows need no reference answer
 SELF_SCORED_VERIFIER = "environment"
 DATA_SOURCE_COLUMN = "data_source"
+# a row's prompt images (TRL's convention; LLaVA-style data has one "image"): rlvr.vision.images
+IMAGE_COLUMNS = ("images", "image")
 
 DEFAULT_QUESTION_KEY = "question"
 DEFAULT_ANSWER_KEY = "answer"
@@ -66,11 +69,13 @@ class ColumnMapping:
     answer_format: str | None = None
     verifier: str | None = None
     data_source: str = "unknown"
+    # where a row's image paths are read from (the data file's directory; None: paths refused)
+    base_dir: Path | None = None
 
     def used_columns(self) -> set[str]:
         """Columns the mapping names; these (and the columns a row was read from) are not ``metadata``."""
         keys = {self.question_key, self.answer_key, self.id_key, self.messages_key}
-        return {k.split(".")[0] for k in keys if k} | {VERIFIER_COLUMN, DATA_SOURCE_COLUMN}
+        return {k.split(".")[0] for k in keys if k} | {VERIFIER_COLUMN, DATA_SOURCE_COLUMN, *IMAGE_COLUMNS}
 
 
 class LoadedExamples(list):
@@ -274,12 +279,23 @@ def _read_row(
         verifier=_override(row, VERIFIER_COLUMN, mapping.verifier),
         metadata={k: v for k, v in row.items() if k not in used},
         origin=where,
+        images=_images_from_row(row, where, mapping),
     )
     reading = f"prompt from {prompt.column!r} ({prompt.how}); reference from "
     reading += (
         reference_column if reference_column in (FINAL_TURN, "none (label-free)") else repr(reference_column)
     )
     return example, reading
+
+
+def _images_from_row(row: dict[str, Any], where: str, mapping: ColumnMapping) -> list[Any]:
+    for column in IMAGE_COLUMNS:
+        value = row.get(column)
+        if not _is_missing(value) and not (isinstance(value, (list, tuple)) and not value):
+            from rlvr.vision.images import load_images
+
+            return load_images(value, where, column, mapping.base_dir)
+    return []
 
 
 def row_to_example(row: dict[str, Any], where: str, mapping: ColumnMapping, default_id: str) -> Example:

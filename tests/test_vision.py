@@ -183,8 +183,16 @@ def test_a_vlm_run_trains_and_its_checkpoint_reloads_with_the_processor(tmp_path
 
     assert moved(lambda m: m.model.text_model) and moved(lambda m: m.model.connector)
     assert moved(vision_tower) == (tower == "trained")
-    samples = [json.loads(line) for line in (tmp_path / tower / "samples.jsonl").read_text().splitlines()]
-    assert samples, "no samples logged"
+    # logged samples name their prompt images, written once beside the logs; the report shows them
+    run_dir = tmp_path / tower
+    for log in ("samples.jsonl", "eval_samples.jsonl"):
+        rows = [json.loads(line) for line in (run_dir / log).read_text().splitlines()]
+        assert rows and all(len(r["images"]) == 1 and (run_dir / r["images"][0]).is_file() for r in rows)
+    if tower == "trained":
+        from rlvr.report.page import write_report
+
+        page = write_report([run_dir]).read_text()
+        assert page.count("data:image/png;base64,") == len(list((run_dir / "images").iterdir()))
 
 
 def test_a_vlm_run_resumes_exactly(tmp_path) -> None:

@@ -48,6 +48,7 @@ SAMPLE_KEYS = {
     "token_text": _STRINGS,
     "token_logprobs": _NUMBERS,
     "token_advantages": _NUMBERS,
+    "images": _STRINGS,
 }
 
 

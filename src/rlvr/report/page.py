@@ -3,6 +3,7 @@ runs' curves, before/after tables and a browser over their sampled completions."
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import json
 import math
@@ -46,7 +47,13 @@ SAMPLE_FIELDS = (
     "token_logprobs",
     "token_advantages",
     "conversation",
+    "images",
 )
+# prompt images shown next to samples (rlvr.vision.image_log): PNG files the run wrote, embedded as
+# data URIs so that the page stays one file; at most this many per run, each at most this large
+MAX_REPORT_IMAGES = 300
+MAX_REPORT_IMAGE_BYTES = 256 * 2**10
+_IMAGE_PATH = re.compile(r"images/[0-9a-f]{16}-[0-9]{1,2}\.png")
 
 
 def thin(rows: list[dict[str, Any]], limit: int = MAX_SAMPLES) -> tuple[list[dict[str, Any]], str]:
@@ -105,6 +112,7 @@ def run_data(run: Run) -> dict[str, Any]:
         "eval": series(run.eval_rows, numeric_keys(run.eval_rows)),
         "samples": [_compact(r) for r in samples],
         "evalSamples": [_compact(r) for r in eval_samples],
+        "images": _images(run.path, [*samples, *eval_samples]),
         "notes": [
             n
             for n in (
@@ -114,6 +122,22 @@ def run_data(run: Run) -> dict[str, Any]:
             if n
         ],
     }
+
+
+def _images(run_dir: Path, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """``{path: data URI}`` of the images the rows name: only the run's own ``images/*.png`` files
+    (a path of another form is left out), the first :data:`MAX_REPORT_IMAGES`."""
+    out: dict[str, str] = {}
+    for row in rows:
+        for path in row.get("images") or []:
+            if len(out) >= MAX_REPORT_IMAGES or path in out or not isinstance(path, str):
+                continue
+            file = run_dir / path
+            if not _IMAGE_PATH.fullmatch(path) or not file.is_file() or file.is_symlink():
+                continue
+            if file.stat().st_size <= MAX_REPORT_IMAGE_BYTES:
+                out[path] = "data:image/png;base64," + base64.b64encode(file.read_bytes()).decode()
+    return out
 
 
 def _asset(name: str) -> str:

@@ -260,6 +260,7 @@
       reward: evalRow ? row.score : row.reward, rewards: row.rewards || {}, errors: row.errors || {},
       advantage: row.advantage, finish: row.finish_reason, correct: row.correct, conversation: row.conversation,
       tokens: row.token_text, logprobs: row.token_logprobs, advantages: row.token_advantages,
+      images: Array.isArray(row.images) ? row.images : [],
     };
   }
   function rows() {
@@ -332,6 +333,9 @@
     if (r.finish) add("finish", r.finish);
     const card = el("div", { class: "sample" + (Object.keys(r.errors).length ? " has-error" : "") }, meta);
     for (const [label, message] of Object.entries(r.errors)) card.append(el("div", { class: "error-tag", text: `reward error · ${label}: ${message}` }));
+    const pictures = r.images.map((path) => RUNS[state.run].images?.[path]).filter(Boolean);
+    if (pictures.length) card.append(el("div", { class: "sample-images" },
+      ...pictures.map((src) => el("img", { src, alt: "prompt image", class: "sample-image" }))));
     card.append(el("details", {}, el("summary", { text: "prompt" }), el("pre", { text: r.prompt ?? "" })));
     if (r.reference !== undefined && r.reference !== null) card.append(el("div", { class: "muted" }, "reference: ", el("code", { text: String(r.reference) })));
     card.append(completionNode(r, scale));

@@ -55,6 +55,7 @@ from rlvr.train.scale.fsdp import (
 )
 from rlvr.train.scale.shard import distribute_learner
 from rlvr.train.stages import build_source
+from rlvr.vision.image_log import ImageLog
 from rlvr.vision.tower import apply_vision_tower
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl", "prompt_history.jsonl", "trajectories.jsonl")
@@ -142,6 +143,8 @@ class Orchestrator:
         logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
         writer = JsonlWriter if self.ranks.is_main else Discard
         self.logs = {name: writer(self.run_dir / name) for name in logged}
+        # prompt images of logged samples, as PNG files beside the logs (rlvr.vision.image_log)
+        self.image_log = ImageLog(self.run_dir, [*train_examples, *eval_examples])
         # TensorBoard / wandb (log.*) receive metrics.jsonl's rows as they are written
         if self.ranks.is_main:
             resumed_at = self.step if start else None
@@ -290,7 +293,7 @@ class Orchestrator:
         # a source of demonstrations writes its own rows (its groups are not the collector's examples)
         records = getattr(self.source, "sample_records", self.collector.sample_records)
         for record in records(collection.seen, self.step, self.cfg.train.log_samples):
-            self.logs["samples.jsonl"].write(record)
+            self.logs["samples.jsonl"].write(self.image_log.annotate(record))
         for row in self.collector.history.take_rows():  # what each rolled-out prompt scored
             self.logs["prompt_history.jsonl"].write({**row, "step": self.step})
         if self.cfg.train.log_trajectories:
@@ -311,7 +314,9 @@ class Orchestrator:
         if not metrics:
             return {}
         for record in records:
-            self.logs["eval_samples.jsonl"].write({"step": self.step, "phase": label, **record})
+            self.logs["eval_samples.jsonl"].write(
+                self.image_log.annotate({"step": self.step, "phase": label, **record})
+            )
         self.logs["metrics.jsonl"].write({"step": self.step, "phase": label, **metrics})
         if not self.quiet and (label == "periodic" or not live):  # a batch job's log shows every eval
             self.console.print(eval_line(label, self.step, metrics), highlight=False)

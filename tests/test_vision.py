@@ -204,3 +204,62 @@ def test_a_vlm_run_resumes_exactly(tmp_path) -> None:
     for step in (2, 3):
         for key in ("reward/mean", "completion/mean_length", "update/loss"):
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)
+
+
+def _image_episodes(model, tokenizer, reuse_kv: bool = True):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr.envs.frozen_lake import FrozenLake, frozenlake_examples
+    from rlvr.rollout.episodes import EpisodeLimits, run_episodes
+
+    examples = frozenlake_examples(2, 0, "train", demonstrate=False)
+    engine = HFEngine(model, tokenizer, seed=0)
+    with ThreadPoolExecutor(2) as threads:
+        groups = run_episodes(
+            engine,
+            tokenizer,
+            list(enumerate(examples)),
+            lambda e: FrozenLake(demonstrate=False, board="image"),
+            SamplingParams(n=2, max_new_tokens=6),
+            EpisodeLimits(max_turns=3, max_tokens=256, reuse_kv=reuse_kv),
+            threads,
+        )
+    return engine, groups
+
+
+@pytest.mark.parametrize("reuse_kv", [True, False])
+def test_a_multi_turn_episode_with_image_observations_keeps_a_token_exact_ledger(vlm, reuse_kv) -> None:
+    """A rendered FrozenLake board in every message: the first in the prompt, later ones among the
+    response's context tokens (never trained on); the learner's log-probs of the sampled turns equal
+    the sampler's, which saw each board (through the KV cache or a re-prefill)."""
+    model, tokenizer = vlm
+    image_token = model.config.image_token_id
+    engine, groups = _image_episodes(model, tokenizer, reuse_kv)
+    trajectories = [t for g in groups for t in g]
+    assert all(isinstance(t.prompt_ids, VisionPrompt) and t.prompt_ids.images == 1 for t in trajectories)
+    multi = [t for t in trajectories if len(t.segments) > 1]
+    assert multi, "no episode went past its first turn"
+    for t in multi:
+        ids = torch.tensor(t.response_ids)
+        mask = torch.tensor(t.loss_mask).bool()
+        images = int((ids == image_token).sum()) // 4  # 4 image tokens an image (tiny-random-vlm)
+        assert images >= 1 and t.response_vision.images == images
+        assert not (ids[mask] == image_token).any()  # image tokens are context: never trained on
+    batch = build_batch(groups, [0.0] * len(trajectories), engine.pad_id)
+    assert batch.completion_vision is not None
+    for path in (completion_logprobs, completion_logprobs_simple):
+        logprobs, _ = path(model, batch)
+        gap = ((logprobs - batch.sampling_logprobs) * batch.completion_mask).abs().max()
+        assert gap < 1e-4, (path.__name__, float(gap))
+    with pytest.raises(RlvrError, match="no image reached the forward"):
+        completion_logprobs(model, replace(batch, completion_vision=None))
+
+
+def test_lora_on_a_vlm_adapts_the_language_side_only() -> None:
+    from rlvr.config.schema import LoraConfig
+    from rlvr.models.lora import apply_lora
+
+    model = apply_lora(load_model(VLM), LoraConfig(r=4, alpha=8))
+    trained = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in name for name in trained)
+    assert all("text_model" in name for name in trained), [n for n in trained if "text_model" not in n][:3]

@@ -94,6 +94,9 @@ class Trajectory:
     # a copy of a past sample mixed into a later group (rlvr.collect.replay): its sampling logprobs
     # and policy_version are the original ones, and the learner weights it by the importance ratio
     replayed: bool = False
+    # the images among the response's context tokens (a multi-turn environment's observations): a
+    # rlvr.vision.prompt.ImageSet, passed to the training forwards with the response; None without
+    response_vision: Any = None
 
     @classmethod
     def from_completion(

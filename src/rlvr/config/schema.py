@@ -73,6 +73,11 @@ class ModelConfig(Section):
         description="A vision-language policy's image encoder: trained with the rest, or frozen (the "
         "connector and the language side still train; docs/vision.md). Text-only models: trained.",
     )
+    text_side: Literal["trained", "frozen"] = Field(
+        "trained",
+        description="A vision-language policy's language model and LM head: trained, or frozen so that "
+        "only the connector (and a trained vision tower) learn, as in LLaVA's first stage (docs/vision.md).",
+    )
 
     @model_validator(mode="before")
     @classmethod

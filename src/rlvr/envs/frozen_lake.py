@@ -54,6 +54,7 @@ from rlvr.envs.base import Environment, Message, Step, register_env
 from rlvr.envs.data_params import DataParam
 from rlvr.envs.game_split import split_seeds
 from rlvr.envs.scripted import check_demonstrate, check_progress_reward, play_scripted
+from rlvr.errors import RlvrError
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _MOVE = re.compile(r"<move>\s*(\w+)\s*</move>", re.IGNORECASE)
@@ -228,7 +229,13 @@ class FrozenLake(Environment):
         max_moves: int | None = None,
         demonstrate: bool = True,
         progress_reward: float = 0.0,
+        board: str = "text",
     ) -> None:
+        """``board``: ``text`` draws the board as characters in each message; ``image`` sends it as
+        a picture (rlvr.data.vision_tasks.render_grid_board) for a vision-language policy."""
+        if board not in ("text", "image"):
+            raise RlvrError(f"frozenlake: board must be 'text' or 'image', not {board!r}")
+        self.board_as = board
         self.size, self.holes = size, holes
         self.max_moves = check_params(size, holes, max_moves)
         self.demonstrate = check_demonstrate("frozenlake", demonstrate)
@@ -245,10 +252,21 @@ class FrozenLake(Environment):
         self._start(make_board(seed, self.size, self.holes, self.max_moves))
         demo = demonstration(self.max_moves) if self.demonstrate else ()
         if not demo:
-            return [{"role": "system", "content": RULES}, {"role": "user", "content": self._observation()}]
+            return [{"role": "system", "content": RULES}, self._message()]
         *turns, over = demo
-        start = {"role": "user", "content": f"{over['content']}\n{self._observation()}"}
+        start = self._message(f"{over['content']}\n")
         return [{"role": "system", "content": RULES}, *(dict(m) for m in turns), start]
+
+    def _message(self, before: str = "") -> Message:
+        """The user message showing the board: in its text, or as an image (``board: image``)."""
+        if self.board_as == "text":
+            return {"role": "user", "content": self._observation(before)}
+        from rlvr.data.vision_tasks import render_grid_board
+
+        rows = render(self.board, self.at).replace(" ", "").splitlines()
+        left = self.max_moves - self.moves - self.invalid
+        text = f"{before}The board is in the image. {left} moves left. Your move?"
+        return {"role": "user", "content": text, "images": [render_grid_board(rows)]}
 
     def _start(self, board: Board) -> None:
         self.board, self.distance = board, distances_to_goal(board)
@@ -271,7 +289,7 @@ class FrozenLake(Environment):
             info = {"invalid_actions": 1.0}
             if self.moves + self.invalid >= self.max_moves:
                 return Step(done=True, info=info)
-            return Step([{"role": "user", "content": self._observation(f"Not a move. {RULES}\n")}], info=info)
+            return Step([self._message(f"Not a move. {RULES}\n")], info=info)
         self.moves += 1
         dr, dc = MOVES[move]
         r, c = self.at[0] + dr, self.at[1] + dc
@@ -286,7 +304,7 @@ class FrozenLake(Environment):
             return Step(reward=1.0 + shaped, done=True, info={"moves": 1.0})
         if cell == "H" or self.moves + self.invalid >= self.max_moves:
             return Step(reward=shaped, done=True, info={"moves": 1.0, "fell": float(cell == "H")})
-        return Step([{"role": "user", "content": self._observation()}], reward=shaped, info={"moves": 1.0})
+        return Step([self._message()], reward=shaped, info={"moves": 1.0})
 
     def state(self) -> str | None:
         """Where the player stands (the board is the group's own, the same for all its episodes)."""

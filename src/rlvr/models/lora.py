@@ -21,6 +21,8 @@ from rlvr.config.schema import LoraConfig
 from rlvr.errors import RlvrError
 
 ADAPTER_DIR = "adapter"
+# the image side of transformers' VLMs (Idefics3, LLaVA, Qwen2-VL): no adapters there
+VISION_MODULES = r".*(vision_model|vision_tower|visual|connector|multi_modal_projector).*"
 
 
 def _peft():
@@ -49,6 +51,9 @@ def apply_lora(model: torch.nn.Module, settings: LoraConfig, adapter: Path | Non
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
+        # a vision-language model's adapters go on its language side only (its image encoder and
+        # connector keep their weights, frozen like every base weight)
+        exclude_modules=VISION_MODULES if getattr(model.config, "vision_config", None) is not None else None,
         task_type="CAUSAL_LM",
     )
     try:

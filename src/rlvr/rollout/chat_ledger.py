@@ -17,12 +17,40 @@ from __future__ import annotations
 
 from rlvr.errors import RlvrError
 from rlvr.trajectory import CONTEXT, SAMPLED, Segment
+from rlvr.vision.images import checked_image
+from rlvr.vision.prompt import (
+    ImageSet,
+    VisionPrompt,
+    as_parts,
+    encode_with_images,
+    merge_images,
+    processor_of,
+)
 
 Message = dict[str, str]
 
 
 def render(tokenizer, messages: list[Message], generation_prompt: bool = True) -> str:
+    """``messages`` under the chat template; a VLM's through its processor, in content-parts form
+    (a message's ``images`` as image parts)."""
+    processor = processor_of(tokenizer)
+    if processor is not None:
+        return processor.apply_chat_template(
+            as_parts(messages), add_generation_prompt=generation_prompt, tokenize=False
+        )
     return tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+
+
+def _images_in(messages: list[Message], tokenizer) -> list:
+    """The images the messages carry (their ``images`` key), in order, each checked; refused for a
+    text-only model."""
+    images = []
+    for message in messages:
+        for image in message.get("images") or []:
+            images.append(checked_image(image, "an environment message's image"))
+    if images and processor_of(tokenizer) is None:
+        raise RlvrError("an environment message has images, but the model is text-only (docs/vision.md)")
+    return images
 
 
 def check_template(tokenizer, role: str = "user") -> None:
@@ -56,15 +84,31 @@ class ChatLedger:
         self.tokenizer = tokenizer
         self.messages = list(messages)
         self.rendered = render(tokenizer, self.messages)
-        self.prompt_ids: list[int] = tokenizer(self.rendered, add_special_tokens=False)["input_ids"]
+        self.prompt_ids: list[int] = self._encode(self.rendered, _images_in(self.messages, tokenizer))
+        # the images of the environment's messages after the prompt, one set per message batch
+        self.response_images: list[ImageSet] = []
         self.segments: list[Segment] = []
         self._pending: str | None = None  # the last model turn's text, until the next messages arrive
         self._ended_by: int | None = None  # the end-of-turn token the model sampled, if it did
 
+    def _encode(self, text: str, images: list) -> list[int]:
+        if not images:
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids, found = encode_with_images(processor_of(self.tokenizer), text, images)
+        return VisionPrompt(ids, found.inputs, found.images)
+
     @property
     def ids(self) -> list[int]:
-        """Prompt and every segment so far: what the model continues from."""
-        return self.prompt_ids + [t for s in self.segments for t in s.token_ids]
+        """Prompt and every segment so far: what the model continues from (with every image so
+        far when there are any: a re-prefill needs them all)."""
+        ids = self.prompt_ids + [t for s in self.segments for t in s.token_ids]
+        merged = merge_images([self.prompt_ids, *self.response_images])
+        return ids if merged is None else VisionPrompt(ids, merged.inputs, merged.images)
+
+    @property
+    def response_vision(self) -> ImageSet | None:
+        """The images among the response's context tokens (an environment's observations), or None."""
+        return merge_images(self.response_images)
 
     @property
     def response_length(self) -> int:
@@ -89,7 +133,10 @@ class ChatLedger:
                 "the chat template rewrote the conversation's history between turns; the ledger cannot "
                 "stay token-exact (see rlvr.rollout.chat_ledger.check_template)"
             )
-        suffix = self.tokenizer(full[len(before) :], add_special_tokens=False)["input_ids"]
+        suffix = self._encode(full[len(before) :], _images_in(messages, self.tokenizer))
+        if isinstance(suffix, VisionPrompt):
+            self.response_images.append(ImageSet(suffix.inputs, suffix.images))
+            suffix = list(suffix)
         if self._ended_by is not None:
             # The model sampled the end-of-turn token the template writes after its message: the
             # suffix starts with that token's text, which the ledger already holds as sampled.

@@ -117,7 +117,9 @@ def run_episodes(
                 env = make_env(example)
                 envs.append(env)
                 messages = env.reset(example, random.Random(_seed_of(example, index)))
-                group.append(Episode(env, ChatLedger(tokenizer, messages), index))
+                group.append(
+                    Episode(env, ChatLedger(tokenizer, with_example_images(messages, example)), index)
+                )
             if any(e.ledger.prompt_ids != group[0].ledger.prompt_ids for e in group):
                 raise ValueError(
                     f"example {example.id}: the episodes of a group must open with the same prompt"
@@ -354,9 +356,23 @@ def truncate_observations(tokenizer, messages: list[dict[str, str]], max_tokens:
     return out, cut
 
 
+def with_example_images(messages: list[dict], example: Example) -> list[dict]:
+    """The opening ``messages``, the example's images (its prompt's) in the first user message unless
+    the environment placed images itself."""
+    if not example.images or any(m.get("images") for m in messages):
+        return messages
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") == "user":
+            message["images"] = list(example.images)
+            return out
+    return messages
+
+
 def _trajectory(e: Episode) -> Trajectory:
     outcome = {} if e.error else e.env.outcome()
     return Trajectory(
+        response_vision=e.ledger.response_vision,
         prompt_ids=e.ledger.prompt_ids,
         segments=e.ledger.segments,
         finish_reason=e.finish_reason,

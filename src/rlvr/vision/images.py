@@ -30,14 +30,16 @@ def load_images(value: Any, where: str, column: str, base_dir: Path | None) -> l
     items = value if isinstance(value, (list, tuple)) else [value]
     if len(items) > MAX_IMAGES_PER_ROW:
         raise RlvrError(f"{where}: column {column!r} has {len(items)} images, more than {MAX_IMAGES_PER_ROW}")
-    return [_load_one(item, f"{where}: column {column!r}, image {i}", base_dir) for i, item in enumerate(items)]
+    return [
+        _load_one(item, f"{where}: column {column!r}, image {i}", base_dir) for i, item in enumerate(items)
+    ]
 
 
 def _load_one(item: Any, where: str, base_dir: Path | None) -> Any:
     from PIL import Image
 
     if isinstance(item, Image.Image):
-        return _checked(item, where)
+        return checked_image(item, where)
     if isinstance(item, dict):
         data = item.get("bytes")
         if data is not None:
@@ -101,10 +103,17 @@ def _decode(data: bytes, where: str) -> Any:
 
 def _check_size(width: int, height: int, where: str) -> None:
     if width * height > MAX_IMAGE_PIXELS or width < 1 or height < 1:
-        raise RlvrError(f"{where}: the image is {width} x {height} pixels; at most {MAX_IMAGE_PIXELS:,} are read")
+        raise RlvrError(
+            f"{where}: the image is {width} x {height} pixels; at most {MAX_IMAGE_PIXELS:,} are read"
+        )
 
 
-def _checked(image: Any, where: str) -> Any:
+def checked_image(image: Any, where: str) -> Any:
+    """``image`` (a PIL image) in RGB, refused when it is not one or has too many pixels."""
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        raise RlvrError(f"{where}: an image must be a PIL image, not {type(image).__name__}")
     _check_size(image.width, image.height, where)
     return image.convert("RGB")
 

@@ -20,6 +20,7 @@ log-probs of a prompt the policy never saw, silently: :func:`check_images_reach`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,36 +44,46 @@ class VisionPrompt(list):
         return (VisionPrompt, (list(self), self.inputs, self.images))
 
 
-def vision_of(prompt: Any) -> VisionPrompt | None:
-    """``prompt`` when it carries images, else None."""
-    return prompt if isinstance(prompt, VisionPrompt) and prompt.images else None
+@dataclass
+class ImageSet:
+    """The tensors of some images (a multi-turn response's observations), without token ids."""
+
+    inputs: dict[str, torch.Tensor]
+    images: int
 
 
-def processor_of(tokenizer: Any) -> Any | None:
-    """The processor a VLM's tokenizer was loaded with (``rlvr.models.loading.load_tokenizer``)."""
-    return getattr(tokenizer, "rlvr_processor", None)
+def vision_of(prompt: Any) -> VisionPrompt | ImageSet | None:
+    """``prompt`` when it carries images (a :class:`VisionPrompt` or an :class:`ImageSet`), else None."""
+    return prompt if isinstance(prompt, (VisionPrompt, ImageSet)) and prompt.images else None
 
 
-def with_image_parts(messages: list[dict[str, Any]], images: int) -> list[dict[str, Any]]:
-    """``messages`` with ``images`` image parts before the text of the first user message (TRL's
-    convention for an ``images`` column beside a prompt)."""
-    out = [dict(m) for m in messages]
-    for message in out:
-        if message.get("role") == "user":
-            text = message.get("content") or ""
-            message["content"] = [{"type": "image"} for _ in range(images)] + [{"type": "text", "text": text}]
-            return out
-    raise RlvrError("a prompt with images needs a user message to put them in")
+def merge_images(parts: list[Any]) -> ImageSet | None:
+    """The images of ``parts`` (each a :class:`VisionPrompt`, an :class:`ImageSet` or None) in order,
+    as one :class:`ImageSet`; None when there are none."""
+    present = [p for p in (vision_of(x) for x in parts) if p is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return ImageSet(present[0].inputs, present[0].images)
+    inputs = {}
+    for key in present[0].inputs:
+        tensors = [p.inputs[key] for p in present]
+        if key in _TILE_KEYS and "image_grid_thw" not in present[0].inputs:  # pad H, W to the largest
+            tail = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
+            padded = []
+            for t in tensors:
+                out = t.new_zeros((t.shape[0], *tail))
+                out[(slice(None), *(slice(0, n) for n in t.shape[1:]))] = t
+                padded.append(out)
+            tensors = padded
+        inputs[key] = torch.cat(tensors)
+    return ImageSet(inputs, sum(p.images for p in present))
 
 
-def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images: list[Any]) -> VisionPrompt:
-    """Token ids of ``messages`` with ``images`` under the processor's chat template, ending with the
-    assistant turn, and the images' tensors."""
-    text = processor.apply_chat_template(
-        with_image_parts(messages, len(images)), add_generation_prompt=True, tokenize=False
-    )
+def encode_with_images(processor: Any, text: str, images: list[Any]) -> tuple[list[int], ImageSet]:
+    """Token ids of ``text`` (a rendered chat, its image placeholders expanded) and its images'
+    tensors, through the processor."""
     encoded = processor(text=[text], images=[list(images)], return_tensors="pt", add_special_tokens=False)
-    ids = encoded["input_ids"][0].tolist()
     inputs = {}
     for key, value in encoded.items():
         if key in ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"):
@@ -81,7 +92,45 @@ def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images:
             continue
         # the tile layout's tensors come with a batch axis of one prompt; the patch layout's do not
         inputs[key] = value[0] if key in _TILE_KEYS and "image_grid_thw" not in encoded else value
-    return VisionPrompt(ids, inputs, len(images))
+    return encoded["input_ids"][0].tolist(), ImageSet(inputs, len(images))
+
+
+def processor_of(tokenizer: Any) -> Any | None:
+    """The processor a VLM's tokenizer was loaded with (``rlvr.models.loading.load_tokenizer``)."""
+    return getattr(tokenizer, "rlvr_processor", None)
+
+
+def with_image_parts(messages: list[dict[str, Any]], images: int) -> list[dict[str, Any]]:
+    """``messages`` in a processor's content-parts form, with ``images`` image parts before the text
+    of the first user message (TRL's convention for an ``images`` column beside a prompt)."""
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") == "user":
+            message["images"] = [None] * images
+            return as_parts(out)
+    raise RlvrError("a prompt with images needs a user message to put them in")
+
+
+def as_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as VLM chat templates take them: content a list of parts, a message's ``images``
+    (rlvr's key for a message's images) as image parts before its text."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        parts = [{"type": "image"} for _ in message.get("images") or []]
+        parts += content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        out.append({k: v for k, v in message.items() if k != "images"} | {"content": parts})
+    return out
+
+
+def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images: list[Any]) -> VisionPrompt:
+    """Token ids of ``messages`` with ``images`` under the processor's chat template, ending with the
+    assistant turn, and the images' tensors."""
+    text = processor.apply_chat_template(
+        with_image_parts(messages, len(images)), add_generation_prompt=True, tokenize=False
+    )
+    ids, found = encode_with_images(processor, text, images)
+    return VisionPrompt(ids, found.inputs, found.images)
 
 
 def vision_kwargs(prompts: list[Any], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:

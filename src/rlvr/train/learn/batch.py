@@ -45,6 +45,9 @@ class TrainBatch:
     # per prompt row, its images (a rlvr.vision.prompt.VisionPrompt) or None; None when no prompt has
     # any. The forwards that encode the prompts pass them to the model (rlvr.vision.prompt.vision_kwargs)
     prompt_vision: list[Any] | None = None
+    # per completion row, the images among its context tokens (multi-turn observations: an ImageSet)
+    # or None; None when no row has any
+    completion_vision: list[Any] | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -82,12 +85,16 @@ class TrainBatch:
             prompt_vision=None
             if self.prompt_vision is None
             else [self.prompt_vision[i] for i in used.tolist()],
+            completion_vision=None
+            if self.completion_vision is None
+            else [self.completion_vision[i] for i in rows.tolist()],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
-        moved = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prompt_vision"}
+        lists = ("prompt_vision", "completion_vision")  # moved when collated
+        moved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in lists}
         moved = {k: v if v is None else v.to(device) for k, v in moved.items()}
-        return TrainBatch(**moved, prompt_vision=self.prompt_vision)  # moved when collated
+        return TrainBatch(**moved, **{k: getattr(self, k) for k in lists})
 
 
 def build_batch(
@@ -102,6 +109,7 @@ def build_batch(
     prompts = [g[0].prompt_ids for g in rows]
     vision = [vision_of(p) for p in prompts]
     ledgers = [t for g in rows for t in g]
+    responses_vision = [vision_of(t.response_vision) for t in ledgers]
     prompt_width = max(len(p) for p in prompts)
     responses = [t.response_ids for t in ledgers]
     width = max(max(len(r) for r in responses), 1)
@@ -137,4 +145,5 @@ def build_batch(
         given_mask=given_mask,
         replayed=torch.tensor([t.replayed for t in ledgers]) if any(t.replayed for t in ledgers) else None,
         prompt_vision=vision if any(v is not None for v in vision) else None,
+        completion_vision=responses_vision if any(v is not None for v in responses_vision) else None,
     )

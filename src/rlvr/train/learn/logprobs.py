@@ -19,10 +19,11 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from rlvr.errors import RlvrError
 from rlvr.train.learn.batch import TrainBatch
 from rlvr.train.learn.token_logprobs import token_logprobs, token_logprobs_reference
-from rlvr.vision.positions import text_positions, vision_positions
-from rlvr.vision.prompt import check_images_reach, vision_kwargs
+from rlvr.vision.positions import text_positions, uses_mrope, vision_positions
+from rlvr.vision.prompt import check_images_reach, merge_images, vision_kwargs
 
 
 def _token_logprobs(
@@ -74,8 +75,12 @@ def completion_logprobs(
         cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
         past_mask = prompt_mask[index, :-1]
     width = batch.completion_width
+    tail_ids = torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1)
+    # a multi-turn response's observation images go with the response's pass
+    response_vision = response_kwargs(model, batch)
+    check_images_reach(model, tail_ids, response_vision, "the training forward (the response)")
     out = model(
-        input_ids=torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1),
+        input_ids=tail_ids,
         attention_mask=torch.cat(
             [past_mask, prompt_mask[index, -1:], batch.completion_attention[:, :-1]], dim=1
         ),
@@ -83,12 +88,26 @@ def completion_logprobs(
         past_key_values=cache,
         use_cache=cache is not None,
         output_hidden_states=with_hidden,
+        **response_vision,
     )
     if plain_scoring:
         result = token_logprobs_reference(out.logits, batch.completion_ids, temperature, with_entropy)
     else:
         result = _token_logprobs(out.logits, batch.completion_ids, temperature, with_entropy)
     return (*result, out.hidden_states[-1]) if with_hidden else result
+
+
+def response_kwargs(model: torch.nn.Module, batch: TrainBatch) -> dict[str, torch.Tensor]:
+    """The model keyword arguments of the completion rows' own images (multi-turn observations);
+    refused for an M-RoPE model (Qwen2-VL), whose response images would need 3-D positions."""
+    if batch.completion_vision is None:
+        return {}
+    if uses_mrope(model):
+        raise RlvrError(
+            "images in a multi-turn response (an environment's observations) are not supported for models "
+            "with multimodal rotary positions (Qwen2-VL) yet; prompt images are (docs/vision.md)"
+        )
+    return vision_kwargs(batch.completion_vision, batch.completion_ids.device)
 
 
 def completion_logprobs_simple(
@@ -100,10 +119,13 @@ def completion_logprobs_simple(
     input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
     mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    vision = []
-    if batch.prompt_vision is not None:
-        vision = [batch.prompt_vision[i] for i in batch.group_index.tolist()]
-    vision = vision_kwargs(vision, input_ids.device)
+    response_kwargs(model, batch)  # refuses what this path cannot place either
+    rows = [None] * len(batch)
+    for row, prompt in enumerate(batch.group_index.tolist()):
+        parts = [batch.prompt_vision[prompt] if batch.prompt_vision is not None else None]
+        parts.append(batch.completion_vision[row] if batch.completion_vision is not None else None)
+        rows[row] = merge_images(parts)
+    vision = vision_kwargs(rows, input_ids.device)
     check_images_reach(model, input_ids, vision, "the training forward")
     width = batch.completion_width
     out = model(

@@ -102,7 +102,7 @@ class Orchestrator:
             policy = load_model(
                 str(start / "model") if start else cfg.model.name, cfg.model.dtype, cfg.model.device
             )
-        apply_vision_tower(policy, cfg.model.vision_tower)
+        apply_vision_tower(policy, cfg.model.vision_tower, cfg.model.text_side)
         self.pipeline: AsyncCollector | None = None
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
         engine, self.sync = engine_and_sync(cfg, policy, self.tokenizer, self.run_dir, self.fsdp)

@@ -167,10 +167,14 @@ def _train_rows(tmp_path, name: str) -> dict[int, dict]:
     return {r["step"]: r for r in read_jsonl(tmp_path / name / "metrics.jsonl") if r["phase"] == "train"}
 
 
-@pytest.mark.parametrize("tower", ["trained", "frozen"])
-def test_a_vlm_run_trains_and_its_checkpoint_reloads_with_the_processor(tmp_path, tower) -> None:
-    _run(tmp_path, tower, f"model.vision_tower={tower}", "train.steps=2")
-    saved = tmp_path / tower / "checkpoints" / "step-000002" / "model"
+@pytest.mark.parametrize(
+    ("tower", "text_side"), [("trained", "trained"), ("frozen", "trained"), ("trained", "frozen")]
+)
+def test_a_vlm_run_trains_and_its_checkpoint_reloads_with_the_processor(tmp_path, tower, text_side) -> None:
+    name = f"{tower}-{text_side}"
+    _run(tmp_path, name, f"model.vision_tower={tower}", f"model.text_side={text_side}", "train.steps=2")
+
+    saved = tmp_path / name / "checkpoints" / "step-000002" / "model"
     assert (saved / "processor_config.json").is_file()
     tokenizer = load_tokenizer(str(saved))
     example = vision_count_examples(1, 0, "eval")[0]
@@ -181,14 +185,15 @@ def test_a_vlm_run_trains_and_its_checkpoint_reloads_with_the_processor(tmp_path
         before, after = part(start).state_dict(), part(end).state_dict()
         return any(not torch.equal(before[k], after[k]) for k in before)
 
-    assert moved(lambda m: m.model.text_model) and moved(lambda m: m.model.connector)
-    assert moved(vision_tower) == (tower == "trained")
+    assert moved(lambda m: m.model.connector)
+    assert moved(lambda m: m.model.text_model) == (text_side == "trained")
+    assert moved(vision_tower) == name.startswith("trained")
     # logged samples name their prompt images, written once beside the logs; the report shows them
-    run_dir = tmp_path / tower
+    run_dir = tmp_path / name
     for log in ("samples.jsonl", "eval_samples.jsonl"):
         rows = [json.loads(line) for line in (run_dir / log).read_text().splitlines()]
         assert rows and all(len(r["images"]) == 1 and (run_dir / r["images"][0]).is_file() for r in rows)
-    if tower == "trained":
+    if name == "trained-trained":
         from rlvr.report.page import write_report
 
         page = write_report([run_dir]).read_text()

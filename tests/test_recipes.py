@@ -95,6 +95,8 @@ def test_every_unwired_preset_exists() -> None:
 @pytest.mark.parametrize("path", _params(slow=False))
 def test_recipe_trains_on_tiny_random(path: Path, tmp_path) -> None:
     inputs = _inputs(path.stem, tmp_path, "tiny-random")
+    if load_config(path).model.name == "tiny-smolvlm":  # images need a VLM: the tiny random one
+        inputs.append("model.name=tiny-random-vlm")
     cfg = load_config(path, [*TINY, f"output_dir={tmp_path}", "name=run", *inputs])
     cfg.rewards.functions = [*cfg.rewards.functions, LENGTH]  # the recipe's own, plus one that varies
     if cfg.stage == "rft":  # tiny-random never answers nor stops: accept every sample, cut ones too

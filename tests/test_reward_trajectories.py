@@ -105,6 +105,10 @@ def test_tasks_lists_every_source_with_the_environment_datasets(tmp_path: Path) 
         "search",
         "textarena",
         "verifiers",
+        "vision_chart",
+        "vision_colour",
+        "vision_count",
+        "vision_position",
         "wordle",
     ]
     assert "\n  chain_sum\n" in out

@@ -49,6 +49,7 @@ from rlvr.errors import RlvrError
 from rlvr.models.lora import has_adapters, merged_weights
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
+from rlvr.vision.prompt import vision_of
 
 
 class VLLMEngine:
@@ -96,6 +97,11 @@ class VLLMEngine:
             raise RlvrError(
                 "the self_certainty reward needs each token's full next-token distribution, which the "
                 "vLLM engine does not return; use rollout.engine=hf with it"
+            )
+        if any(vision_of(p) is not None for p in prompts):
+            raise RlvrError(
+                "prompts with images are not sent to vLLM yet (its multi_modal_data is not passed): use "
+                "rollout.engine=hf with a vision-language model (docs/vision.md)"
             )
         if not prompts:
             return []

@@ -43,7 +43,8 @@ def _vllm_python() -> Path:
 # ----------------------------------------------------------------------------- without vLLM
 def test_server_imports_only_vllm_torch_and_the_standard_library() -> None:
     """The server runs in vLLM's environment, where rlvr's dependencies (its transformers) are not
-    the ones rlvr pins: it may import the standard library, torch and vllm, nothing else."""
+    the ones rlvr pins: it may import the standard library, torch and vllm, and PIL (a dependency of
+    vLLM itself, which takes images as PIL images), nothing else."""
     tree = ast.parse(vllm_process.SERVER_FILE.read_text())
     roots = set()
     for node in ast.walk(tree):
@@ -51,7 +52,7 @@ def test_server_imports_only_vllm_torch_and_the_standard_library() -> None:
             roots.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             roots.add(node.module.split(".")[0])
-    allowed = set(sys.stdlib_module_names) | {"torch", "vllm", "__future__"}
+    allowed = set(sys.stdlib_module_names) | {"torch", "vllm", "PIL", "__future__"}
     assert roots - allowed == set()
     assert {"torch", "vllm"} <= roots
 

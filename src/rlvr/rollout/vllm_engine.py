@@ -35,6 +35,7 @@ resumed run asks vLLM for the same seeds.
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 import os
 import shutil
@@ -49,7 +50,7 @@ from rlvr.errors import RlvrError
 from rlvr.models.lora import has_adapters, merged_weights
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.vllm_process import VLLMServer, VLLMServerError
-from rlvr.vision.prompt import vision_of
+from rlvr.vision.prompt import copy_prompt, vision_of
 
 
 class VLLMEngine:
@@ -98,17 +99,13 @@ class VLLMEngine:
                 "the self_certainty reward needs each token's full next-token distribution, which the "
                 "vLLM engine does not return; use rollout.engine=hf with it"
             )
-        if any(vision_of(p) is not None for p in prompts):
-            raise RlvrError(
-                "prompts with images are not sent to vLLM yet (its multi_modal_data is not passed): use "
-                "rollout.engine=hf with a vision-language model (docs/vision.md)"
-            )
         if not prompts:
             return []
         # vLLM refuses n > 1 with greedy sampling; n identical greedy completions are n requests
         copies = params.n if params.temperature == 0 and params.n > 1 else 1
+        sent, images = _requests(prompts)
         body = {
-            "prompts": [list(map(int, p)) for p in prompts for _ in range(copies)],
+            "prompts": [ids for ids in sent for _ in range(copies)],
             "n": params.n // copies,
             "max_new_tokens": params.max_new_tokens,
             "temperature": params.temperature,
@@ -119,6 +116,8 @@ class VLLMEngine:
             "ignore_eos": params.ignore_eos,
             "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)),
         }
+        if images is not None:
+            body["images"] = [png for png in images for _ in range(copies)]
         with self.lock:
             reply = self.server.request("POST", "/generate", body)
         if reply["version"] != self.policy_version:
@@ -126,6 +125,8 @@ class VLLMEngine:
                 f"the vLLM server sampled with policy version {reply['version']}, but this engine was "
                 f"last synced to version {self.policy_version}: is another trainer using the same server?"
             )
+        if images is not None:
+            _check_expansion(prompts, reply.get("prompt_lengths") or [], copies)
         self.prompt_tokens += sum(len(p) for p in body["prompts"])
         self.cached_prompt_tokens += sum(reply.get("cached_tokens") or [])
         outputs_of = reply["outputs"]
@@ -140,7 +141,7 @@ class VLLMEngine:
                 group.append(
                     Completion(
                         prompt_index=p,
-                        prompt_ids=list(prompt),
+                        prompt_ids=copy_prompt(prompt),
                         token_ids=ids,
                         logprobs=out["logprobs"],
                         finish_reason=finish,
@@ -224,6 +225,49 @@ class VLLMEngine:
     def close(self) -> None:
         self.server.close()
         self._drop_adapter_dir()
+
+
+def _requests(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[str]] | None]:
+    """The ids each prompt is sent as, and its images as base64 PNG (None when no prompt has any).
+    vLLM expands images itself: a prompt with images goes as its ids with one placeholder per image
+    (``VisionPrompt.source``), and the reply's prompt length is checked against rlvr's expansion."""
+    if not any(vision_of(p) is not None for p in prompts):
+        return [list(map(int, p)) for p in prompts], None
+    sent, images = [], []
+    for prompt in prompts:
+        vision = vision_of(prompt)
+        if vision is None:
+            sent.append(list(map(int, prompt)))
+            images.append([])
+            continue
+        if getattr(vision, "source", None) is None:
+            raise RlvrError(
+                "a multi-turn conversation with images is not sent to vLLM yet (only single-turn prompts "
+                "with images are): use rollout.engine=hf for it (docs/vision.md)"
+            )
+        placeholders, pictures = vision.source
+        sent.append(list(map(int, placeholders)))
+        images.append([_png(picture) for picture in pictures])
+    return sent, images
+
+
+def _png(image: Any) -> str:
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def _check_expansion(prompts: list[list[int]], lengths: list[int], copies: int) -> None:
+    """vLLM's prompt (its expansion of the images) must be as long as rlvr's, which the trainer
+    scores: otherwise the sampling log-probs belong to another prompt."""
+    for index, prompt in enumerate(prompts):
+        got = lengths[index * copies] if index * copies < len(lengths) else None
+        if got != len(prompt):
+            raise RlvrError(
+                f"vLLM expanded prompt {index}'s images into a {got}-token prompt, the model's processor "
+                f"into {len(prompt)} tokens: they disagree on the image tokens, so the sampled log-probs "
+                "would belong to another prompt; use rollout.engine=hf with this model"
+            )
 
 
 class VLLMWeightSync:

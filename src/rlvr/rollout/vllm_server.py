@@ -38,6 +38,8 @@ rlvr killed with SIGKILL leaves no server behind.
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import os
 import sys
@@ -198,13 +200,19 @@ class Server:
         from vllm import SamplingParams
 
         prompts: list[list[int]] = req["prompts"]
+        images = req.get("images") or [[] for _ in prompts]  # per prompt: base64 PNG images
+        if len(images) != len(prompts):
+            raise ValueError("'images' must have one list per prompt")
         n = int(req.get("n", 1))
         seed = req.get("seed")
         requests, params = [], []
-        for index, ids in enumerate(prompts):
+        for index, (ids, pictures) in enumerate(zip(prompts, images)):
             if not ids or not all(isinstance(t, int) for t in ids):
                 raise ValueError(f"prompt {index} must be a non-empty list of token ids")
-            requests.append({"prompt_token_ids": ids})
+            request: dict[str, Any] = {"prompt_token_ids": ids}
+            if pictures:  # vLLM expands each image placeholder in the ids itself
+                request["multi_modal_data"] = {"image": [_image(p) for p in pictures]}
+            requests.append(request)
             params.append(
                 SamplingParams(
                     n=n,
@@ -240,7 +248,8 @@ class Server:
             groups.append(group)
         # prompt tokens of each request served from vLLM's prefix cache (multi-turn reuse)
         cached = [int(out.num_cached_tokens or 0) for out in outputs]
-        return {"version": version, "outputs": groups, "cached_tokens": cached}
+        lengths = [len(out.prompt_token_ids or []) for out in outputs]  # after vLLM's image expansion
+        return {"version": version, "outputs": groups, "cached_tokens": cached, "prompt_lengths": lengths}
 
     def update_weights(self, req: dict[str, Any]) -> dict[str, Any]:
         version = int(req["version"])
@@ -257,6 +266,8 @@ class Server:
             self.llm.update_weights({"update_info": update_info})
             self.llm.finish_weight_update(weight_version=str(version))
             self.llm.reset_prefix_cache()  # cached keys and values belong to the old weights
+            # and so do a VLM's cached image embeddings (vLLM reuses them across requests by image)
+            self.llm.llm_engine.reset_encoder_cache()
             if self.lora is not None:  # new full weights are the whole policy: no adapter on top
                 self.llm.llm_engine.remove_lora(self.lora.lora_int_id)
                 self.lora = None
@@ -291,6 +302,13 @@ class Server:
         with self.lock:
             self.llm.init_weight_transfer_engine({"init_info": req["init_info"]})
         return {"version": self.version}
+
+
+def _image(encoded: str):
+    """A PIL image from the trainer's base64 PNG."""
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(encoded)), formats=("PNG",)).convert("RGB")
 
 
 def _handler(server: Server, stop: threading.Event):

@@ -33,15 +33,26 @@ _PATCH_KEYS = ("pixel_values", "image_grid_thw")
 
 
 class VisionPrompt(list):
-    """A prompt's token ids with its images' tensors (``inputs``) and how many images it holds."""
+    """A prompt's token ids with its images' tensors (``inputs``) and how many images it holds.
 
-    def __init__(self, ids: list[int], inputs: dict[str, torch.Tensor], images: int) -> None:
+    ``source`` is what an engine that expands images itself needs (vLLM): the prompt's ids with one
+    placeholder per image, before the processor expanded them, and the images; None when the prompt
+    was built another way (a multi-turn ledger's)."""
+
+    def __init__(
+        self,
+        ids: list[int],
+        inputs: dict[str, torch.Tensor],
+        images: int,
+        source: tuple[list[int], list[Any]] | None = None,
+    ) -> None:
         super().__init__(ids)
         self.inputs = inputs
         self.images = images
+        self.source = source
 
     def __reduce__(self):  # pickles (reward workers, checkpoints of sampled batches) with its images
-        return (VisionPrompt, (list(self), self.inputs, self.images))
+        return (VisionPrompt, (list(self), self.inputs, self.images, self.source))
 
 
 @dataclass
@@ -130,7 +141,8 @@ def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images:
         with_image_parts(messages, len(images)), add_generation_prompt=True, tokenize=False
     )
     ids, found = encode_with_images(processor, text, images)
-    return VisionPrompt(ids, found.inputs, found.images)
+    placeholders = processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return VisionPrompt(ids, found.inputs, found.images, (placeholders, list(images)))
 
 
 def vision_kwargs(prompts: list[Any], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
@@ -194,5 +206,5 @@ def copy_prompt(prompt: list[int]) -> list[int]:
     """A copy of ``prompt``'s ids that keeps its images (sharing their tensors): ``list(prompt)``
     would drop them."""
     if isinstance(prompt, VisionPrompt):
-        return VisionPrompt(list(prompt), prompt.inputs, prompt.images)
+        return VisionPrompt(list(prompt), prompt.inputs, prompt.images, prompt.source)
     return list(prompt)

@@ -83,3 +83,33 @@ def test_a_hostile_image_is_refused_naming_the_row(tmp_path, images, match) -> N
     with pytest.raises(RlvrError, match=match) as err:
         load_file(path)
     assert "data.jsonl line 2" in str(err.value) and "'images'" in str(err.value)
+
+
+def test_images_from_parquet_and_an_hf_dataset_with_an_image_feature(tmp_path) -> None:
+    """TRL's form: an ``images`` column of HF ``Image`` features, stored as {"bytes", "path"} in
+    Parquet and decoded to PIL images by ``datasets``."""
+    import datasets
+
+    from rlvr.data.hf_source import load_hf_dataset
+
+    pngs = [_png((255, 0, 0)), _png((0, 255, 0), (5, 5))]
+    features = datasets.Features(
+        {
+            "question": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+            "images": [datasets.Image()],
+        }
+    )
+    rows = {
+        "question": ["What colour?", "And this one?"],
+        "answer": ["red", "green"],
+        "images": [[{"bytes": pngs[0], "path": None}], [{"bytes": pngs[1], "path": None}]],
+    }
+    dataset = datasets.Dataset.from_dict(rows, features=features)
+    dataset.to_parquet(tmp_path / "rows.parquet")
+    dataset.save_to_disk(tmp_path / "hf")
+    from_parquet = load_file(tmp_path / "rows.parquet")
+    from_hf = load_hf_dataset(str(tmp_path / "hf"), split="train")
+    for examples in (from_parquet, from_hf):
+        assert [e.images[0].getpixel((0, 0)) for e in examples] == [(255, 0, 0), (0, 255, 0)]
+        assert examples[1].images[0].size == (5, 5)

@@ -102,7 +102,34 @@ def test_a_weight_push_reaches_the_vlms_copy_in_vllm(engine, policy, prompts) ->
 
 @pytest.mark.vllm
 def test_a_prompt_without_its_placeholder_form_is_refused(engine, prompts) -> None:
-    """A multi-turn ledger's prompt has no single-placeholder form for vLLM to expand."""
-    ledger_like = VisionPrompt(list(prompts[0]), prompts[0].inputs, 1)
-    with pytest.raises(RlvrError, match="multi-turn conversation with images is not sent to vLLM"):
-        engine.generate([ledger_like], SamplingParams(n=1, max_new_tokens=2))
+    """vLLM expands images itself: a prompt that holds only the expanded ids cannot go there."""
+    expanded_only = VisionPrompt(list(prompts[0]), prompts[0].inputs, 1)
+    with pytest.raises(RlvrError, match="without its placeholder form"):
+        engine.generate([expanded_only], SamplingParams(n=1, max_new_tokens=2))
+
+
+@pytest.mark.vllm
+def test_vllm_plays_episodes_with_image_observations(engine, policy) -> None:
+    """FrozenLake with the board as an image in every message, sampled by vLLM (each turn's prompt
+    sent with one placeholder per board): the trainer's log-probs of the sampled turns, with every
+    board in its forward, are vLLM's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr.envs.frozen_lake import FrozenLake, frozenlake_examples
+    from rlvr.rollout.episodes import EpisodeLimits, run_episodes
+
+    model, tokenizer = policy
+    examples = frozenlake_examples(2, 0, "train", demonstrate=False)
+    with ThreadPoolExecutor(2) as threads:
+        groups = run_episodes(
+            engine,
+            tokenizer,
+            list(enumerate(examples)),
+            lambda e: FrozenLake(demonstrate=False, board="image"),
+            SamplingParams(n=2, max_new_tokens=12),
+            EpisodeLimits(max_turns=3, max_tokens=256),
+            threads,
+        )
+    trajectories = [t for g in groups for t in g]
+    assert any(t.response_vision is not None for t in trajectories), "no episode got a second board"
+    assert _gap(model, groups, engine.pad_id) < TOLERANCE

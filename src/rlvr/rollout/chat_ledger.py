@@ -84,9 +84,14 @@ class ChatLedger:
         self.tokenizer = tokenizer
         self.messages = list(messages)
         self.rendered = render(tokenizer, self.messages)
-        self.prompt_ids: list[int] = self._encode(self.rendered, _images_in(self.messages, tokenizer))
+        images = _images_in(self.messages, tokenizer)
+        self.prompt_ids: list[int] = self._encode(self.rendered, images)
         # the images of the environment's messages after the prompt, one set per message batch
         self.response_images: list[ImageSet] = []
+        # the conversation with one placeholder per image, before the processor expanded them, and
+        # every image: what an engine that expands images itself (vLLM) is sent
+        self.placeholder_ids = list(self.prompt_ids.source[0] if images else self.prompt_ids)
+        self.pictures = list(images)
         self.segments: list[Segment] = []
         self._pending: str | None = None  # the last model turn's text, until the next messages arrive
         self._ended_by: int | None = None  # the end-of-turn token the model sampled, if it did
@@ -95,7 +100,8 @@ class ChatLedger:
         if not images:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids, found = encode_with_images(processor_of(self.tokenizer), text, images)
-        return VisionPrompt(ids, found.inputs, found.images)
+        placeholders = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return VisionPrompt(ids, found.inputs, found.images, (placeholders, list(images)))
 
     @property
     def ids(self) -> list[int]:
@@ -103,7 +109,11 @@ class ChatLedger:
         far when there are any: a re-prefill needs them all)."""
         ids = self.prompt_ids + [t for s in self.segments for t in s.token_ids]
         merged = merge_images([self.prompt_ids, *self.response_images])
-        return ids if merged is None else VisionPrompt(ids, merged.inputs, merged.images)
+        if merged is None:
+            return ids
+        return VisionPrompt(
+            ids, merged.inputs, merged.images, (list(self.placeholder_ids), list(self.pictures))
+        )
 
     @property
     def response_vision(self) -> ImageSet | None:
@@ -118,6 +128,7 @@ class ChatLedger:
         """Append the model's sampled tokens as they are. ``text`` is their decoded text without the
         end-of-turn token; ``eos`` is that token's id when the turn ended with it."""
         self.segments.append(Segment(SAMPLED, list(token_ids), list(logprobs)))
+        self.placeholder_ids += token_ids
         self._pending, self._ended_by = text, eos
 
     def add_messages(self, messages: list[Message]) -> None:
@@ -133,10 +144,12 @@ class ChatLedger:
                 "the chat template rewrote the conversation's history between turns; the ledger cannot "
                 "stay token-exact (see rlvr.rollout.chat_ledger.check_template)"
             )
-        suffix = self._encode(full[len(before) :], _images_in(messages, self.tokenizer))
+        images = _images_in(messages, self.tokenizer)
+        suffix = self._encode(full[len(before) :], images)
+        placeholders = list(suffix)
         if isinstance(suffix, VisionPrompt):
             self.response_images.append(ImageSet(suffix.inputs, suffix.images))
-            suffix = list(suffix)
+            placeholders, suffix = suffix.source[0], list(suffix)
         if self._ended_by is not None:
             # The model sampled the end-of-turn token the template writes after its message: the
             # suffix starts with that token's text, which the ledger already holds as sampled.
@@ -145,9 +158,11 @@ class ChatLedger:
                     "the chat template does not end an assistant turn with the model's end-of-turn token "
                     f"(id {self._ended_by}); multi-turn ledgers cannot be built with it"
                 )
-            suffix = suffix[1:]
+            suffix, placeholders = suffix[1:], placeholders[1:]
         if suffix:
             self.segments.append(Segment(CONTEXT, suffix))
+        self.placeholder_ids += placeholders
+        self.pictures += images
         self.messages += [assistant, *messages]
         self.rendered = full
         self._pending, self._ended_by = None, None

@@ -229,8 +229,9 @@ class VLLMEngine:
 
 def _requests(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[str]] | None]:
     """The ids each prompt is sent as, and its images as base64 PNG (None when no prompt has any).
-    vLLM expands images itself: a prompt with images goes as its ids with one placeholder per image
-    (``VisionPrompt.source``), and the reply's prompt length is checked against rlvr's expansion."""
+    vLLM expands images itself: a prompt with images (single-turn, or a multi-turn conversation with
+    its observations' images) goes as its ids with one placeholder per image (``VisionPrompt.source``),
+    and the reply's prompt length is checked against rlvr's expansion."""
     if not any(vision_of(p) is not None for p in prompts):
         return [list(map(int, p)) for p in prompts], None
     sent, images = [], []
@@ -242,8 +243,9 @@ def _requests(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[str]
             continue
         if getattr(vision, "source", None) is None:
             raise RlvrError(
-                "a multi-turn conversation with images is not sent to vLLM yet (only single-turn prompts "
-                "with images are): use rollout.engine=hf for it (docs/vision.md)"
+                "a prompt with images but without its placeholder form (VisionPrompt.source) cannot be sent "
+                "to vLLM, which expands images itself: build it with rlvr.vision.prompt.encode_vision_prompt "
+                "or a ChatLedger, or use rollout.engine=hf (docs/vision.md)"
             )
         placeholders, pictures = vision.source
         sent.append(list(map(int, placeholders)))

@@ -268,3 +268,34 @@ def test_lora_on_a_vlm_adapts_the_language_side_only() -> None:
     trained = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trained and all("lora_" in name for name in trained)
     assert all("text_model" in name for name in trained), [n for n in trained if "text_model" not in n][:3]
+
+
+def test_a_run_with_image_observations_logs_every_board_it_showed(tmp_path) -> None:
+    """FrozenLake with the board as an image: each logged sample names the PNG of every board its
+    episode showed (the opening one and one per later turn), written once each; the report embeds
+    them."""
+    from rlvr.report.page import write_report
+
+    overrides = [
+        *TINY_RUN,
+        f"model.name={VLM}",
+        "env.params.board=image",
+        "data.task_config.demonstrate=false",
+        "env.max_turns=3",
+        "algo.dynamic_sampling=false",
+        "train.steps=1",
+        f"output_dir={tmp_path}",
+        "name=boards",
+    ]
+    api.train(api.load_config("frozenlake", overrides), quiet=True)
+    run_dir = tmp_path / "boards"
+    rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert rows
+    for r in rows:  # the opening board, and one after each step that did not end the episode
+        turns = len(r["turn_rewards"])
+        assert turns <= len(r["images"]) <= turns + 1, (turns, r["images"], r["finish_reason"])
+        assert all((run_dir / path).is_file() for path in r["images"])
+    assert max(len(r["images"]) for r in rows) >= 2, "no episode showed a second board"
+    files = list((run_dir / "images").iterdir())
+    page = write_report([run_dir]).read_text()
+    assert page.count("data:image/png;base64,") == len(files)

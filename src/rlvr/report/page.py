@@ -53,7 +53,7 @@ SAMPLE_FIELDS = (
 # data URIs so that the page stays one file; at most this many per run, each at most this large
 MAX_REPORT_IMAGES = 300
 MAX_REPORT_IMAGE_BYTES = 256 * 2**10
-_IMAGE_PATH = re.compile(r"images/[0-9a-f]{16}-[0-9]{1,2}\.png")
+_IMAGE_PATH = re.compile(r"images/[0-9a-f]{16}\.png")
 
 
 def thin(rows: list[dict[str, Any]], limit: int = MAX_SAMPLES) -> tuple[list[dict[str, Any]], str]:

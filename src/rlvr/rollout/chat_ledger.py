@@ -148,7 +148,7 @@ class ChatLedger:
         suffix = self._encode(full[len(before) :], images)
         placeholders = list(suffix)
         if isinstance(suffix, VisionPrompt):
-            self.response_images.append(ImageSet(suffix.inputs, suffix.images))
+            self.response_images.append(ImageSet(suffix.inputs, suffix.images, list(images)))
             placeholders, suffix = suffix.source[0], list(suffix)
         if self._ended_by is not None:
             # The model sampled the end-of-turn token the template writes after its message: the

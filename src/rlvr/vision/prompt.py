@@ -54,13 +54,20 @@ class VisionPrompt(list):
     def __reduce__(self):  # pickles (reward workers, checkpoints of sampled batches) with its images
         return (VisionPrompt, (list(self), self.inputs, self.images, self.source))
 
+    @property
+    def pictures(self) -> list[Any] | None:
+        """The prompt's images, when known (its ``source``)."""
+        return list(self.source[1]) if self.source is not None else None
+
 
 @dataclass
 class ImageSet:
-    """The tensors of some images (a multi-turn response's observations), without token ids."""
+    """The tensors of some images (a multi-turn response's observations), without token ids, and
+    the images themselves when known (``pictures``: for the logs)."""
 
     inputs: dict[str, torch.Tensor]
     images: int
+    pictures: list[Any] | None = None
 
 
 def vision_of(prompt: Any) -> VisionPrompt | ImageSet | None:
@@ -74,8 +81,10 @@ def merge_images(parts: list[Any]) -> ImageSet | None:
     present = [p for p in (vision_of(x) for x in parts) if p is not None]
     if not present:
         return None
+    pictures = [getattr(p, "pictures", None) for p in present]
+    pictures = None if any(p is None for p in pictures) else [x for p in pictures for x in p]
     if len(present) == 1:
-        return ImageSet(present[0].inputs, present[0].images)
+        return ImageSet(present[0].inputs, present[0].images, pictures)
     inputs = {}
     for key in present[0].inputs:
         tensors = [p.inputs[key] for p in present]
@@ -88,7 +97,7 @@ def merge_images(parts: list[Any]) -> ImageSet | None:
                 padded.append(out)
             tensors = padded
         inputs[key] = torch.cat(tensors)
-    return ImageSet(inputs, sum(p.images for p in present))
+    return ImageSet(inputs, sum(p.images for p in present), pictures)
 
 
 def encode_with_images(processor: Any, text: str, images: list[Any]) -> tuple[list[int], ImageSet]:
@@ -103,7 +112,7 @@ def encode_with_images(processor: Any, text: str, images: list[Any]) -> tuple[li
             continue
         # the tile layout's tensors come with a batch axis of one prompt; the patch layout's do not
         inputs[key] = value[0] if key in _TILE_KEYS and "image_grid_thw" not in encoded else value
-    return encoded["input_ids"][0].tolist(), ImageSet(inputs, len(images))
+    return encoded["input_ids"][0].tolist(), ImageSet(inputs, len(images), list(images))
 
 
 def processor_of(tokenizer: Any) -> Any | None:

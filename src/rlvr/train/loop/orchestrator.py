@@ -292,8 +292,13 @@ class Orchestrator:
         metrics.update(self.ranks.sum_metrics(self.collector.episode_metrics()))  # multi-turn only
         # a source of demonstrations writes its own rows (its groups are not the collector's examples)
         records = getattr(self.source, "sample_records", self.collector.sample_records)
-        for record in records(collection.seen, self.step, self.cfg.train.log_samples):
-            self.logs["samples.jsonl"].write(self.image_log.annotate(record))
+        # the collector's rows follow its groups' trajectories in order (a role game's go role by
+        # role): each row gets its trajectory's images
+        rows = records(collection.seen, self.step, self.cfg.train.log_samples)
+        own = records == self.collector.sample_records and self.collector.roles is None
+        trajectories = iter([t for g in collection.seen for t in g.trajectories] if own else [])
+        for record in rows:
+            self.logs["samples.jsonl"].write(self.image_log.annotate(record, next(trajectories, None)))
         for row in self.collector.history.take_rows():  # what each rolled-out prompt scored
             self.logs["prompt_history.jsonl"].write({**row, "step": self.step})
         if self.cfg.train.log_trajectories:

@@ -211,6 +211,23 @@ def test_a_vlm_run_resumes_exactly(tmp_path) -> None:
             assert resumed[step][key] == pytest.approx(full[step][key], rel=1e-5, abs=1e-7), (step, key)
 
 
+def test_qwen2_vl_plays_episodes_with_image_observations_under_3d_positions() -> None:
+    """Image boards in a multi-turn response with M-RoPE: the learner's positions of the response
+    come from the whole sequence (each board advances them less than its token count); the engine
+    re-prefills such conversations instead of continuing a cache counted in tokens."""
+    from rlvr.vision.tiny import tiny_qwen2_vl
+
+    model, processor = tiny_qwen2_vl()
+    engine, groups = _image_episodes(model, processor.tokenizer)
+    trajectories = [t for g in groups for t in g]
+    assert any(t.response_vision is not None for t in trajectories), "no episode got a second board"
+    batch = build_batch(groups, [0.0] * len(trajectories), engine.pad_id)
+    for path in (completion_logprobs, completion_logprobs_simple):
+        logprobs, _ = path(model, batch)
+        gap = ((logprobs - batch.sampling_logprobs) * batch.completion_mask).abs().max()
+        assert gap < 1e-4, (path.__name__, float(gap))
+
+
 def _image_episodes(model, tokenizer, reuse_kv: bool = True):
     from concurrent.futures import ThreadPoolExecutor
 

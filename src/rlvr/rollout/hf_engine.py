@@ -21,8 +21,8 @@ from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import KVState, extract_state, padded_cache, reserve_decode_room
-from rlvr.vision.positions import text_positions, vision_positions
-from rlvr.vision.prompt import check_images_reach, copy_prompt, image_token_id, vision_kwargs
+from rlvr.vision.positions import text_positions, uses_mrope, vision_positions
+from rlvr.vision.prompt import check_images_reach, copy_prompt, image_token_id, vision_kwargs, vision_of
 
 
 def token_self_certainty(logits: torch.Tensor) -> torch.Tensor:
@@ -104,6 +104,7 @@ class HFEngine:
         # held while generating: a weight sync into this engine's own copy waits for it (pause/resume)
         self.lock = threading.RLock()
         self._image_token = image_token_id(model)  # a VLM's image placeholder; None: text-only
+        self._mrope = uses_mrope(model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # same process, same tensors: nothing to copy
@@ -206,7 +207,7 @@ class HFEngine:
     ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         n, device = params.n, self.device
         if states is not None:
-            states = [_usable_state(p, s, self._image_token) for p, s in zip(prompts, states)]
+            states = [_usable_state(p, s, self._image_token, self._mrope) for p, s in zip(prompts, states)]
         # a prompt's images go with its prefill: rows continued from a cache hold theirs in it already
         fresh = [p if states is None or states[row] is None else None for row, p in enumerate(prompts)]
         vision = vision_kwargs(fresh, device)
@@ -389,11 +390,17 @@ class _Intent:
                 self.open[seq] = False
 
 
-def _usable_state(prompt: list[int], state: KVState | None, image_token: int | None) -> KVState | None:
+def _usable_state(
+    prompt: list[int], state: KVState | None, image_token: int | None, mrope: bool = False
+) -> KVState | None:
     """``state``, unless the ids it leaves to prefill hold image tokens (their pixels are not in the
-    continued prefill's inputs): the prompt is then prefilled whole, with its images."""
+    continued prefill's inputs), or the model's positions are multimodal (M-RoPE) and the prompt has
+    images (a continuation counts positions in tokens, which images are not): the prompt is then
+    prefilled whole, with its images."""
     if state is None or image_token is None:
         return state
+    if mrope and vision_of(prompt) is not None:
+        return None
     return None if image_token in prompt[state.length :] else state
 
 

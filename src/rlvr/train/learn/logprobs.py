@@ -16,10 +16,11 @@ exponential per element each way) unless the loss needs the entropy's gradient.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import DynamicCache
 
-from rlvr.errors import RlvrError
 from rlvr.train.learn.batch import TrainBatch
 from rlvr.train.learn.token_logprobs import token_logprobs, token_logprobs_reference
 from rlvr.vision.positions import text_positions, uses_mrope, vision_positions
@@ -84,7 +85,9 @@ def completion_logprobs(
         attention_mask=torch.cat(
             [past_mask, prompt_mask[index, -1:], batch.completion_attention[:, :-1]], dim=1
         ),
-        position_ids=positions[index, -1:] + torch.arange(width, device=positions.device)[None, :],
+        position_ids=_response_positions(model, batch)
+        if response_vision and uses_mrope(model)
+        else positions[index, -1:] + torch.arange(width, device=positions.device)[None, :],
         past_key_values=cache,
         use_cache=cache is not None,
         output_hidden_states=with_hidden,
@@ -98,33 +101,43 @@ def completion_logprobs(
 
 
 def response_kwargs(model: torch.nn.Module, batch: TrainBatch) -> dict[str, torch.Tensor]:
-    """The model keyword arguments of the completion rows' own images (multi-turn observations);
-    refused for an M-RoPE model (Qwen2-VL), whose response images would need 3-D positions."""
+    """The model keyword arguments of the completion rows' own images (multi-turn observations)."""
     if batch.completion_vision is None:
         return {}
-    if uses_mrope(model):
-        raise RlvrError(
-            "images in a multi-turn response (an environment's observations) are not supported for models "
-            "with multimodal rotary positions (Qwen2-VL) yet; prompt images are (docs/vision.md)"
-        )
     return vision_kwargs(batch.completion_vision, batch.completion_ids.device)
+
+
+def _row_sequences(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
+    """Each completion row's whole sequence (its prompt, then its response), the mask of it, and
+    the row's images in order (its prompt's, then its response's)."""
+    index = batch.group_index
+    input_ids = torch.cat([batch.prompt_ids[index], batch.completion_ids], dim=1)
+    mask = torch.cat([batch.prompt_mask[index], batch.completion_attention], dim=1)
+    rows = []
+    for row, prompt in enumerate(index.tolist()):
+        parts = [batch.prompt_vision[prompt] if batch.prompt_vision is not None else None]
+        parts.append(batch.completion_vision[row] if batch.completion_vision is not None else None)
+        rows.append(merge_images(parts))
+    return input_ids, mask, rows
+
+
+def _response_positions(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """3-D positions [3, B, T] of the response pass (the last prompt token and the completion but
+    its last token) of an M-RoPE model whose responses hold images: the model's own positions of
+    each row's whole sequence, where an image advances the positions less than its token count."""
+    input_ids, mask, rows = _row_sequences(batch)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    full = vision_positions(model, input_ids, mask, positions, vision_kwargs(rows, input_ids.device))
+    start = batch.prompt_ids.shape[1] - 1
+    return full[..., start : start + batch.completion_width]
 
 
 def completion_logprobs_simple(
     model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, with_entropy: bool | str = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same result as :func:`completion_logprobs`, one full sequence per completion (reference path)."""
-    prompt_ids = batch.prompt_ids[batch.group_index]
-    prompt_mask = batch.prompt_mask[batch.group_index]
-    input_ids = torch.cat([prompt_ids, batch.completion_ids], dim=1)
-    mask = torch.cat([prompt_mask, batch.completion_attention], dim=1)
+    input_ids, mask, rows = _row_sequences(batch)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    response_kwargs(model, batch)  # refuses what this path cannot place either
-    rows = [None] * len(batch)
-    for row, prompt in enumerate(batch.group_index.tolist()):
-        parts = [batch.prompt_vision[prompt] if batch.prompt_vision is not None else None]
-        parts.append(batch.completion_vision[row] if batch.completion_vision is not None else None)
-        rows[row] = merge_images(parts)
     vision = vision_kwargs(rows, input_ids.device)
     check_images_reach(model, input_ids, vision, "the training forward")
     width = batch.completion_width

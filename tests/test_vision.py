@@ -221,27 +221,58 @@ def test_qwen2_vl_plays_episodes_with_image_observations_under_3d_positions() ->
     engine, groups = _image_episodes(model, processor.tokenizer)
     trajectories = [t for g in groups for t in g]
     assert any(t.response_vision is not None for t in trajectories), "no episode got a second board"
-    batch = build_batch(groups, [0.0] * len(trajectories), engine.pad_id)
-    for path in (completion_logprobs, completion_logprobs_simple):
-        logprobs, _ = path(model, batch)
-        gap = ((logprobs - batch.sampling_logprobs) * batch.completion_mask).abs().max()
-        assert gap < 1e-4, (path.__name__, float(gap))
+    # and an image prompt answered in text: the second turn adds no image, so a cache continued from
+    # token counts would place it wrong
+    text_replies = _image_episodes(model, processor.tokenizer, env=_TryAgain)[1]
+    assert all(len(t.segments) == 3 and t.response_vision is None for g in text_replies for t in g)
+    for run in (groups, text_replies):
+        batch = build_batch(run, [0.0] * sum(len(g) for g in run), engine.pad_id)
+        for path in (completion_logprobs, completion_logprobs_simple):
+            logprobs, _ = path(model, batch)
+            gap = ((logprobs - batch.sampling_logprobs) * batch.completion_mask).abs().max()
+            assert gap < 1e-4, (path.__name__, float(gap))
 
 
-def _image_episodes(model, tokenizer, reuse_kv: bool = True):
+class _TryAgain:
+    """Two turns on the example's own image prompt; the reply between them is text only."""
+
+    stop_strings = ()
+
+    def __init__(self, example) -> None:
+        self.turns = 0
+
+    def reset(self, example, rng):
+        return list(example.prompt)
+
+    def step(self, text: str):
+        from rlvr.envs.base import Step
+
+        self.turns += 1
+        return Step([{"role": "user", "content": "Try again."}], done=self.turns >= 2)
+
+    def outcome(self) -> dict:
+        return {}
+
+
+def _image_episodes(model, tokenizer, reuse_kv: bool = True, env=None):
+    """Episodes of FrozenLake with image boards, or of ``env(example)`` on vision_count examples."""
     from concurrent.futures import ThreadPoolExecutor
 
     from rlvr.envs.frozen_lake import FrozenLake, frozenlake_examples
     from rlvr.rollout.episodes import EpisodeLimits, run_episodes
 
-    examples = frozenlake_examples(2, 0, "train", demonstrate=False)
+    if env is None:
+        examples = frozenlake_examples(2, 0, "train", demonstrate=False)
+        env = lambda e: FrozenLake(demonstrate=False, board="image")  # noqa: E731
+    else:
+        examples = vision_count_examples(2, 0, "train")
     engine = HFEngine(model, tokenizer, seed=0)
     with ThreadPoolExecutor(2) as threads:
         groups = run_episodes(
             engine,
             tokenizer,
             list(enumerate(examples)),
-            lambda e: FrozenLake(demonstrate=False, board="image"),
+            env,
             SamplingParams(n=2, max_new_tokens=6),
             EpisodeLimits(max_turns=3, max_tokens=256, reuse_kv=reuse_kv),
             threads,

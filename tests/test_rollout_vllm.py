@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from tiny import SMOLLM_RUN
+from vllm_push import perturbed_and_pushed
 
 from rlvr.errors import RlvrError
 from rlvr.models.chat import encode_prompt
@@ -237,16 +238,9 @@ def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, pro
     hf = HFEngine(model, tokenizer)
     sync = VLLMWeightSync(engine)
     before = _greedy(engine, prompts)
-    original = {k: v.clone() for k, v in model.state_dict().items()}
-    version = engine.policy_version
-    try:
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=generator) * 0.1 * p.abs().mean())
-        sync.push(model, version + 1)
-        assert sync.version == engine.policy_version == version + 1
-        assert engine.server.health()["version"] == version + 1
+    with perturbed_and_pushed(model, sync, engine, 0.1) as version:
+        assert sync.version == engine.policy_version == version
+        assert engine.server.health()["version"] == version
         after = _greedy(engine, prompts)
         assert after != before
         assert after == _greedy(hf, prompts)
@@ -254,9 +248,6 @@ def test_weight_update_changes_vllm_as_it_changes_the_policy(engine, policy, pro
         sampled, trainer = _trainer_logprobs(model, groups, engine.pad_id, 1.0)
         assert (sampled - trainer).abs().max() < TOLERANCE
         print(f"weight push (shm, server side): {sync.last_load_s:.2f} s")
-    finally:
-        model.load_state_dict(original)
-        sync.push(model, version + 2)
     assert _greedy(engine, prompts) == before
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vllm_push import perturbed_and_pushed
 
 from rlvr.data.example import Example
 from rlvr.data.vision_tasks import vision_count_examples
@@ -83,21 +84,12 @@ def test_a_weight_push_reaches_the_vlms_copy_in_vllm(engine, policy, prompts) ->
     model, tokenizer = policy
     sync = VLLMWeightSync(engine)
     before = _greedy(engine, prompts)
-    original = {k: v.clone() for k, v in model.state_dict().items()}
-    version = engine.policy_version
-    try:
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=generator) * 0.3 * p.abs().mean())
-        sync.push(model, version + 1)
+    with perturbed_and_pushed(model, sync, engine, 0.3):
         after = _greedy(engine, prompts)
         assert after != before and after == _greedy(HFEngine(model, tokenizer), prompts)
         groups = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=8))
         assert _gap(model, groups, engine.pad_id) < TOLERANCE
-    finally:
-        model.load_state_dict(original)
-        sync.push(model, version + 2)
+    assert _greedy(engine, prompts) == before
 
 
 @pytest.mark.vllm

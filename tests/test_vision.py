@@ -23,7 +23,7 @@ from rlvr.rollout.hf_engine import HFEngine
 from rlvr.train.learn.batch import build_batch
 from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
 from rlvr.trajectory import Trajectory
-from rlvr.vision.prompt import VisionPrompt
+from rlvr.vision.prompt import VisionPrompt, copy_prompt
 from rlvr.vision.tower import vision_tower
 
 VLM = "tiny-random-vlm"
@@ -347,3 +347,14 @@ def test_a_run_with_image_observations_logs_every_board_it_showed(tmp_path) -> N
     files = list((run_dir / "images").iterdir())
     page = write_report([run_dir]).read_text()
     assert page.count("data:image/png;base64,") == len(files)
+
+
+def test_a_datasets_prompts_hold_no_pixel_tensors_until_drawn(vlm) -> None:
+    """The collector keeps every training prompt: their pixel tensors (fp32, several times an image's
+    size) are made when a prompt is drawn, for that call only."""
+    _, tokenizer = vlm
+    prompt = encode_example(tokenizer, vision_count_examples(1, 0, "train")[0])
+    assert prompt._inputs is None
+    copy = copy_prompt(prompt)
+    assert copy._inputs is not None and prompt._inputs is None
+    assert all(torch.equal(copy.inputs[k], prompt.inputs[k]) for k in copy.inputs)

@@ -206,6 +206,8 @@ class HFEngine:
         keep_states: bool = False,
     ) -> tuple[list[list[Completion]], list[list[KVState]]]:
         n, device = params.n, self.device
+        # a lazy prompt's pixel tensors, made once for this call (its completions share them)
+        prompts = [copy_prompt(p) if vision_of(p) is not None else p for p in prompts]
         if states is not None:
             states = [_usable_state(p, s, self._image_token, self._mrope) for p, s in zip(prompts, states)]
         # a prompt's images go with its prefill: rows continued from a cache hold theirs in it already

@@ -101,6 +101,8 @@ class VLLMEngine:
             )
         if not prompts:
             return []
+        # a lazy prompt's pixel tensors, made once for this call (its completions share them)
+        prompts = [copy_prompt(p) if vision_of(p) is not None else p for p in prompts]
         # vLLM refuses n > 1 with greedy sampling; n identical greedy completions are n requests
         copies = params.n if params.temperature == 0 and params.n > 1 else 1
         sent, images = _requests(prompts)

@@ -37,19 +37,33 @@ class VisionPrompt(list):
 
     ``source`` is what an engine that expands images itself needs (vLLM): the prompt's ids with one
     placeholder per image, before the processor expanded them, and the images; None when the prompt
-    was built another way (a multi-turn ledger's)."""
+    was built another way (a multi-turn ledger's).
+
+    A dataset's prompts are lazy (``make`` in place of ``inputs``): their pixel tensors, several
+    times the size of the images (fp32, a tile per crop), are computed when a prompt is drawn, not
+    held for the whole dataset. :func:`copy_prompt` of a lazy prompt computes them once for the copy
+    (the engine's call, then the trajectory's forwards, share it)."""
 
     def __init__(
         self,
         ids: list[int],
-        inputs: dict[str, torch.Tensor],
+        inputs: dict[str, torch.Tensor] | None,
         images: int,
         source: tuple[list[int], list[Any]] | None = None,
+        make: Any = None,
     ) -> None:
         super().__init__(ids)
-        self.inputs = inputs
+        if inputs is None and make is None:
+            raise ValueError("a VisionPrompt needs its inputs or a way to make them")
+        self._inputs = inputs
+        self._make = make
         self.images = images
         self.source = source
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """The images' tensors (computed on each access for a lazy prompt)."""
+        return self._inputs if self._inputs is not None else self._make()
 
     def __reduce__(self):  # pickles (reward workers, checkpoints of sampled batches) with its images
         return (VisionPrompt, (list(self), self.inputs, self.images, self.source))
@@ -151,7 +165,12 @@ def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images:
     )
     ids, found = encode_with_images(processor, text, images)
     placeholders = processor.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return VisionPrompt(ids, found.inputs, found.images, (placeholders, list(images)))
+    pictures = list(images)
+
+    def make() -> dict[str, torch.Tensor]:
+        return encode_with_images(processor, text, pictures)[1].inputs
+
+    return VisionPrompt(ids, None, found.images, (placeholders, pictures), make)
 
 
 def vision_kwargs(prompts: list[Any], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
@@ -214,6 +233,6 @@ def check_images_reach(
 def copy_prompt(prompt: list[int]) -> list[int]:
     """A copy of ``prompt``'s ids that keeps its images (sharing their tensors): ``list(prompt)``
     would drop them."""
-    if isinstance(prompt, VisionPrompt):
+    if isinstance(prompt, VisionPrompt):  # a lazy prompt's tensors are made here, once for the copy
         return VisionPrompt(list(prompt), prompt.inputs, prompt.images, prompt.source)
     return list(prompt)

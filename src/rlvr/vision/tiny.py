@@ -1,7 +1,7 @@
 """Small vision-language models built from real transformers architectures, offline.
 
-No pretrained VLM ships in a package these machines can install, so rlvr builds two from configs,
-the way peer frameworks test their VLM paths:
+No pretrained VLM ships in a package these machines can install, so rlvr builds small ones from
+configs, the way peer frameworks test their VLM paths:
 
 - ``tiny-smolvlm``: an Idefics3 (SmolVLM) model whose text side is the bundled SmolLM2-135M-Instruct
   (its weights copied in) and whose vision side, a 2-layer SigLIP encoder on 64-pixel images with a
@@ -10,8 +10,8 @@ the way peer frameworks test their VLM paths:
 - :func:`tiny_qwen2_vl`: a Qwen2-VL of a few million random parameters with the SmolLM2 tokenizer,
   in memory (for tests of Qwen2-VL's multimodal rotary positions).
 
-Each is built once into the rlvr cache (``rlvr.models.bundled``), with its processor and a chat
-template that renders ``{"type": "image"}`` parts of a message. A user's own pretrained VLM loads
+The two built-in names are built once into the rlvr cache (``rlvr.models.bundled``), with their
+processor and a chat template that renders ``{"type": "image"}`` parts of a message. A user's own pretrained VLM loads
 through the same path: ``model.name`` pointing at its local directory (docs/vision.md).
 """
 

@@ -11,8 +11,9 @@ configs, the way peer frameworks test their VLM paths:
   in memory (for tests of Qwen2-VL's multimodal rotary positions).
 
 The two built-in names are built once into the rlvr cache (``rlvr.models.bundled``), with their
-processor and a chat template that renders ``{"type": "image"}`` parts of a message. A user's own pretrained VLM loads
-through the same path: ``model.name`` pointing at its local directory (docs/vision.md).
+processor and a chat template that renders ``{"type": "image"}`` parts of a message. A user's own
+pretrained VLM loads through the same path: ``model.name`` pointing at its local directory
+(docs/vision.md).
 """
 
 from __future__ import annotations

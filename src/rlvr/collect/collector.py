@@ -83,8 +83,10 @@ class Collector:
         train_examples: Sequence[Example],
         eval_examples: Sequence[Example] = (),
         role_engines: dict[str, RolloutEngine] | None = None,
+        image_log: Any = None,
     ) -> None:
-        """``role_engines``: the engines of a role game's roles with a policy of their own."""
+        """``role_engines``: the engines of a role game's roles with a policy of their own;
+        ``image_log``: where logged samples' images go (a :class:`rlvr.vision.image_log.ImageLog`)."""
         self.cfg, self.engine = cfg, engine
         self.train_examples, self.eval_examples = list(train_examples), list(eval_examples)
         # prompts that cannot fit the context (with the completion) are refused here, naming the row;
@@ -120,6 +122,7 @@ class Collector:
             self.replay = ReplayBuffer(cfg.data.replay, self.correctness, cfg.seed)
         self.round = 0  # collect calls so far: the step the history records a group at
         self.tokenizer = tokenizer
+        self.image_log = image_log
         env = cfg.env
         self.limits = EpisodeLimits(
             max_turns=env.max_turns,
@@ -440,8 +443,11 @@ class Collector:
             return self.tokenizer.decode(ids, skip_special_tokens=False)
 
         tokens, group_by = self.cfg.log.tokens, self.cfg.eval.group_by
+        images = self.image_log.paths if self.image_log is not None else None
         if self.roles is None:
-            return list(sample_records(groups, self.train_examples, step, limit, decode, tokens, group_by))
+            return list(
+                sample_records(groups, self.train_examples, step, limit, decode, tokens, group_by, images)
+            )
         return [  # a role game: up to ``limit`` of each role
             row
             for role in self.roles.game.roles
@@ -453,6 +459,7 @@ class Collector:
                 decode,
                 tokens,
                 group_by,
+                images,
             )
         ]
 

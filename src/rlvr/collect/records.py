@@ -84,12 +84,14 @@ def sample_records(
     decode: Callable[[list[int]], str] | None = None,
     tokens: bool = False,
     group_by: Sequence[str] = (),
+    images: Callable[[Trajectory, Example], list[str]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """samples.jsonl rows of the first ``limit`` trajectories (all for -1); a group dropped before
     the update has advantage None, and an errored one reward None. A multi-turn trajectory's row
     also holds its ``turn_rewards`` and, with ``decode``, its ``conversation`` (segment by segment).
     With ``tokens`` (and ``decode``) each row holds its :func:`token_fields`; with ``group_by`` its
-    example's eval group (``eval.group_by``) as ``group``."""
+    example's eval group (``eval.group_by``) as ``group``; with ``images`` (the run's
+    :class:`rlvr.vision.image_log.ImageLog` paths), the files of the images its model saw."""
     written = 0
     for g in groups:
         for t in g.trajectories:
@@ -112,6 +114,8 @@ def sample_records(
             }
             if group_by:
                 row["group"] = group_of(example, group_by)
+            if images is not None and (paths := images(t, example)):
+                row["images"] = paths
             if len(t.segments) > 1:
                 row["turn_rewards"] = t.turn_rewards
                 if t.turn_states:

@@ -31,7 +31,9 @@ def trajectory_pictures(trajectory: Any) -> list[Any]:
 
 
 class ImageLog:
-    """Writes the images logged rows name, once each."""
+    """Writes the images logged rows name, once each (``samples.jsonl`` rows through
+    :meth:`paths`, which the collector's records call; ``eval_samples.jsonl`` rows through
+    :meth:`annotate`)."""
 
     def __init__(self, run_dir: Path, examples: Iterable[Any]) -> None:
         self.run_dir = run_dir
@@ -51,15 +53,23 @@ class ImageLog:
             self.written.add(relative)
         return relative
 
-    def annotate(self, record: dict[str, Any], trajectory: Any = None) -> dict[str, Any]:
-        """``record`` with the paths of its images: ``trajectory``'s when given and known, else
-        its example's prompt images (unchanged when there are none)."""
-        pictures = trajectory_pictures(trajectory) if trajectory is not None else []
+    def paths(self, trajectory: Any, example: Any) -> list[str]:
+        """The image files of a training sample: every image its model saw (prompt, then a
+        multi-turn environment's observations), else its example's prompt images."""
+        pictures = trajectory_pictures(trajectory)
         if pictures:
-            return {**record, "images": [self._save(p) for p in pictures]}
-        example = self.examples.get(record.get("example_id", record.get("id")))
-        if example is None:
-            return record
+            return [self._save(p) for p in pictures]
+        return self._example_paths(example)
+
+    def _example_paths(self, example: Any) -> list[str]:
+        if not getattr(example, "images", None):
+            return []
         if example.id not in self.of_example:
             self.of_example[example.id] = [self._save(p) for p in example.images]
-        return {**record, "images": self.of_example[example.id]}
+        return self.of_example[example.id]
+
+    def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A held-out row (``id`` names its example) with its example's image files."""
+        example = self.examples.get(record.get("id"))
+        paths = self._example_paths(example) if example is not None else []
+        return {**record, "images": paths} if paths else record

@@ -115,8 +115,18 @@ class Orchestrator:
         # a role game's roles with a policy of their own: model, engine, learner each (rlvr.roles.policies)
         self.role_policies = RolePolicies(cfg, self.tokenizer, start)
         self.collect_ranks = self.ranks  # the collector's collectives (async under torchrun: its own group)
+        # the images of logged samples, as PNG files beside the logs (rlvr.vision.image_log)
+        self.image_log = (
+            ImageLog(self.run_dir, [*train_examples, *eval_examples]) if self.ranks.is_main else None
+        )
         self.collector = Collector(
-            cfg, engine, self.tokenizer, train_examples, eval_examples, self.role_policies.engines
+            cfg,
+            engine,
+            self.tokenizer,
+            train_examples,
+            eval_examples,
+            self.role_policies.engines,
+            self.image_log,
         )
         # what the stage trains on (rlvr.train.stages): the collector itself for RL
         self.source = build_source(cfg, self.collector, self.tokenizer)
@@ -143,8 +153,6 @@ class Orchestrator:
         logged = LOGS if cfg.train.log_trajectories else LOGS[:-1]
         writer = JsonlWriter if self.ranks.is_main else Discard
         self.logs = {name: writer(self.run_dir / name) for name in logged}
-        # prompt images of logged samples, as PNG files beside the logs (rlvr.vision.image_log)
-        self.image_log = ImageLog(self.run_dir, [*train_examples, *eval_examples])
         # TensorBoard / wandb (log.*) receive metrics.jsonl's rows as they are written
         if self.ranks.is_main:
             resumed_at = self.step if start else None
@@ -292,13 +300,8 @@ class Orchestrator:
         metrics.update(self.ranks.sum_metrics(self.collector.episode_metrics()))  # multi-turn only
         # a source of demonstrations writes its own rows (its groups are not the collector's examples)
         records = getattr(self.source, "sample_records", self.collector.sample_records)
-        # the collector's rows follow its groups' trajectories in order (a role game's go role by
-        # role): each row gets its trajectory's images
-        rows = records(collection.seen, self.step, self.cfg.train.log_samples)
-        own = records == self.collector.sample_records and self.collector.roles is None
-        trajectories = iter([t for g in collection.seen for t in g.trajectories] if own else [])
-        for record in rows:
-            self.logs["samples.jsonl"].write(self.image_log.annotate(record, next(trajectories, None)))
+        for record in records(collection.seen, self.step, self.cfg.train.log_samples):
+            self.logs["samples.jsonl"].write(record)
         for row in self.collector.history.take_rows():  # what each rolled-out prompt scored
             self.logs["prompt_history.jsonl"].write({**row, "step": self.step})
         if self.cfg.train.log_trajectories:
@@ -319,9 +322,8 @@ class Orchestrator:
         if not metrics:
             return {}
         for record in records:
-            self.logs["eval_samples.jsonl"].write(
-                self.image_log.annotate({"step": self.step, "phase": label, **record})
-            )
+            row = {"step": self.step, "phase": label, **record}
+            self.logs["eval_samples.jsonl"].write(self.image_log.annotate(row) if self.image_log else row)
         self.logs["metrics.jsonl"].write({"step": self.step, "phase": label, **metrics})
         if not self.quiet and (label == "periodic" or not live):  # a batch job's log shows every eval
             self.console.print(eval_line(label, self.step, metrics), highlight=False)

@@ -22,7 +22,7 @@ from rlvr.vision.prompt import (
     ImageSet,
     VisionPrompt,
     as_parts,
-    encode_with_images,
+    encode_rendered,
     merge_images,
     processor_of,
 )
@@ -99,9 +99,7 @@ class ChatLedger:
     def _encode(self, text: str, images: list) -> list[int]:
         if not images:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids, found = encode_with_images(processor_of(self.tokenizer), text, images)
-        placeholders = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return VisionPrompt(ids, found.inputs, found.images, (placeholders, list(images)))
+        return encode_rendered(processor_of(self.tokenizer), text, images)
 
     @property
     def ids(self) -> list[int]:

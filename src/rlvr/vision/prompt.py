@@ -27,7 +27,8 @@ import torch
 
 from rlvr.errors import RlvrError
 
-# per-image tensors of the tile layout, and what their padding rows hold
+# the per-image tensors of the tile layout (a batch axis of images, padded with zeros), and the
+# tensors of the patch layout (concatenated)
 _TILE_KEYS = ("pixel_values", "pixel_attention_mask")
 _PATCH_KEYS = ("pixel_values", "image_grid_thw")
 
@@ -100,18 +101,25 @@ def merge_images(parts: list[Any]) -> ImageSet | None:
     if len(present) == 1:
         return ImageSet(present[0].inputs, present[0].images, pictures)
     inputs = {}
+    tiles = "image_grid_thw" not in present[0].inputs
     for key in present[0].inputs:
         tensors = [p.inputs[key] for p in present]
-        if key in _TILE_KEYS and "image_grid_thw" not in present[0].inputs:  # pad H, W to the largest
-            tail = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
-            padded = []
-            for t in tensors:
-                out = t.new_zeros((t.shape[0], *tail))
-                out[(slice(None), *(slice(0, n) for n in t.shape[1:]))] = t
-                padded.append(out)
-            tensors = padded
+        if tiles:  # images of other sizes: padded with zeros to the largest
+            tail = _largest([t.shape for t in tensors])
+            tensors = [_placed(t, t.new_zeros((t.shape[0], *tail))) for t in tensors]
         inputs[key] = torch.cat(tensors)
     return ImageSet(inputs, sum(p.images for p in present), pictures)
+
+
+def _largest(shapes: list[torch.Size]) -> list[int]:
+    """The largest size of every axis but the first."""
+    return [max(s[d] for s in shapes) for d in range(1, len(shapes[0]))]
+
+
+def _placed(t: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
+    """``into`` with ``t`` written at its start on every axis (the rest stays padding)."""
+    into[tuple(slice(0, n) for n in t.shape)] = t
+    return into
 
 
 def encode_with_images(processor: Any, text: str, images: list[Any]) -> tuple[list[int], ImageSet]:
@@ -163,9 +171,18 @@ def encode_vision_prompt(processor: Any, messages: list[dict[str, Any]], images:
     text = processor.apply_chat_template(
         with_image_parts(messages, len(images)), add_generation_prompt=True, tokenize=False
     )
+    return encode_rendered(processor, text, images, lazy=True)
+
+
+def encode_rendered(processor: Any, text: str, images: list[Any], lazy: bool = False) -> VisionPrompt:
+    """The :class:`VisionPrompt` of ``text`` (a rendered chat with one placeholder per image) and
+    ``images``: the processor's expanded ids and tensors, and the placeholder form (``source``).
+    ``lazy``: the tensors are made again when asked for, not kept (a dataset's prompts)."""
     ids, found = encode_with_images(processor, text, images)
     placeholders = processor.tokenizer(text, add_special_tokens=False)["input_ids"]
     pictures = list(images)
+    if not lazy:
+        return VisionPrompt(ids, found.inputs, found.images, (placeholders, pictures))
 
     def make() -> dict[str, torch.Tensor]:
         return encode_with_images(processor, text, pictures)[1].inputs
@@ -186,13 +203,11 @@ def vision_kwargs(prompts: list[Any], device: torch.device | str | None = None) 
         out = {}
         most = max(v.images for v in present)
         for key in present[0].inputs:
-            shapes = [v.inputs[key].shape for v in present]
-            tail = [max(s[d] for s in shapes) for d in range(1, len(shapes[0]))]
+            tail = _largest([v.inputs[key].shape for v in present])
             batch = present[0].inputs[key].new_zeros((len(prompts), most, *tail))
             for row, v in enumerate(visions):
                 if v is not None:
-                    t = v.inputs[key]
-                    batch[(row, slice(0, t.shape[0]), *(slice(0, n) for n in t.shape[1:]))] = t
+                    _placed(v.inputs[key], batch[row])
             out[key] = batch
     return {k: v.to(device) for k, v in out.items()} if device is not None else out
 
@@ -205,11 +220,6 @@ def image_token_id(model: torch.nn.Module) -> int | None:
         if isinstance(value, int):
             return value
     return None
-
-
-def is_vision_model(model: torch.nn.Module) -> bool:
-    config = getattr(model, "config", None)
-    return getattr(config, "vision_config", None) is not None
 
 
 def check_images_reach(

@@ -6,8 +6,9 @@
 The VLM is ``tiny-smolvlm`` (Idefics3: SmolLM2-135M's text side, a 2-layer SigLIP encoder on 64-pixel
 images, 4 image tokens an image); the text model is the bundled SmolLM2-135M itself, so the two differ
 only in the vision side. Each VLM prompt is a ``vision_count`` question with its image; each text
-prompt is the same question with filler words appended until it has exactly as many tokens as the
-VLM prompt (image tokens included). Every child process times ``steps`` rounds of one generate call
+prompt is the same question with filler appended until it has at least as many tokens as the VLM
+prompt (image tokens included), then cut to exactly as many (the completions have a fixed length, so
+only the count matters). Every child process times ``steps`` rounds of one generate call
 (G completions of exactly T tokens) and one policy update (rlvr's GRPO loss, AdamW, the whole batch in
 one micro-batch); the first round is warm-up; VLM and text alternate, their order flipping every
 repetition. Run it on an idle core.

@@ -14,12 +14,17 @@ import torch  # noqa: E402
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "grpo.yaml"
 
 
-def bench_args(description: str, shape: str, reps: int) -> tuple[argparse.Namespace, tuple[int, int, int]]:
-    """Parse ``--shape PxGxT --reps N --threads N``, set the torch thread count, return (args, (P, G, T))."""
+def bench_args(
+    description: str, shape: str, reps: int, extra: dict[str, int] | None = None
+) -> tuple[argparse.Namespace, tuple[int, int, int]]:
+    """Parse ``--shape PxGxT --reps N --threads N`` (and ``extra`` integer options with their
+    defaults), set the torch thread count, return (args, (P, G, T))."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--shape", default=shape, help="PxGxT: prompts, completions per prompt, new tokens")
     parser.add_argument("--reps", type=int, default=reps)
     parser.add_argument("--threads", type=int, default=2)
+    for flag, default in (extra or {}).items():
+        parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     p, g, t = (int(x) for x in args.shape.split("x"))

@@ -120,6 +120,11 @@ class AlgoConfig(Section):
     epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward/backward (memory bound).")
+    packing: bool = Field(
+        True,
+        description="Put several completions of a prompt in one row of the training forward where that "
+        "removes padding (the same numbers up to float rounding; docs/performance.md); false: one row each.",
+    )
     dynamic_sampling: bool = Field(True, description="Drop groups whose rewards are all equal (DAPO).")
     loss_norm: Literal["kept", "sampled"] = Field(
         "kept",

@@ -43,6 +43,7 @@ from rlvr.train.learn.estimate import (
     takes,
 )
 from rlvr.train.learn.optim import build_optimizer, build_scheduler
+from rlvr.train.learn.packing import set_packing
 from rlvr.train.learn.reference import ReferenceMover
 from rlvr.train.learn.turns import (
     TURN_MODE_ESTIMATORS,
@@ -81,6 +82,7 @@ class Learner:
 
     def __init__(self, cfg: RunConfig, policy: torch.nn.Module, pad_id: int) -> None:
         self.cfg, self.model, self.pad_id = cfg, policy, pad_id
+        set_packing(policy, cfg.algo.packing)
         self.precision = precision_of(cfg)  # autocast for every forward pass; fp16's loss scaler
         self.scaler = grad_scaler(self.precision)
         self.ref_model = None
@@ -123,6 +125,7 @@ class Learner:
         """The frozen reference model: ``model.reference``, or the starting policy (``model.name``)."""
         name = self.cfg.model.reference or self.cfg.model.name
         model = load_model(name, self.cfg.model.dtype, self.cfg.model.device).eval()
+        set_packing(model, self.cfg.algo.packing)
         return model.requires_grad_(False)
 
     @property

@@ -22,6 +22,15 @@ import torch
 from transformers import DynamicCache
 
 from rlvr.train.learn.batch import TrainBatch
+from rlvr.train.learn.packing import (
+    PackedRows,
+    completion_lengths,
+    mask_kind,
+    pack_rows,
+    packed_layout,
+    segment_mask,
+    unpack,
+)
 from rlvr.train.learn.token_logprobs import token_logprobs, token_logprobs_reference
 from rlvr.vision.positions import text_positions, uses_mrope, vision_positions
 from rlvr.vision.prompt import check_images_reach, merge_images, vision_kwargs
@@ -42,12 +51,15 @@ def completion_logprobs(
     with_entropy: bool | str = False,
     with_hidden: bool = False,
     plain_scoring: bool = False,
+    packing: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs [B, T] of ``batch.completion_ids`` and, if asked, per-token entropy [B, T]
     (detached for ``with_entropy=True``, differentiable for ``with_entropy="grad"``).
     ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
     predict each completion token (a value head's input). ``plain_scoring`` scores the [B, T, V]
-    logits with a full log-softmax, as before the chunked scoring (for benchmarks)."""
+    logits with a full log-softmax, as before the chunked scoring (for benchmarks). ``packing``
+    lets the completions of a prompt share rows where that removes padding
+    (:mod:`rlvr.train.learn.packing`); values at padding positions are then 0."""
     # Prompts are left-padded, so every prompt's last token is in the last column. The prompt minus
     # that token runs once per group and its key/value cache is repeated for the group's completions;
     # the last prompt token then runs with each completion, so that one forward gives the logits of
@@ -73,9 +85,13 @@ def completion_logprobs(
             logits_to_keep=1,  # unused: no gradient reaches it
             **vision,
         )
+    width = batch.completion_width
+    layout = _packing(model, batch) if packing and not plain_scoring else None
+    if layout is not None:
+        return _packed_forward(model, batch, layout, cache, positions, temperature, with_entropy, with_hidden)
+    if cache is not None:
         cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
         past_mask = prompt_mask[index, :-1]
-    width = batch.completion_width
     tail_ids = torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1)
     # a multi-turn response's observation images go with the response's pass
     response_vision = response_kwargs(model, batch)
@@ -98,6 +114,56 @@ def completion_logprobs(
     else:
         result = _token_logprobs(out.logits, batch.completion_ids, temperature, with_entropy)
     return (*result, out.hidden_states[-1]) if with_hidden else result
+
+
+def _packing(model: torch.nn.Module, batch: TrainBatch) -> PackedRows | None:
+    """The packed layout of ``batch`` when packing applies and saves rows, else None."""
+    if batch.prompt_vision is not None or batch.completion_vision is not None or mask_kind(model) is None:
+        return None
+    lengths = completion_lengths(batch.completion_attention)
+    if lengths is None:
+        return None
+    groups, bins = pack_rows(batch.group_index.cpu(), lengths.cpu(), batch.completion_width)
+    if len(bins) >= len(batch):
+        return None
+    return packed_layout(batch, lengths.cpu(), groups, bins)
+
+
+def _packed_forward(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    layout: PackedRows,
+    cache: DynamicCache | None,
+    positions: torch.Tensor,
+    temperature: float,
+    with_entropy: bool | str,
+    with_hidden: bool,
+) -> tuple[torch.Tensor, ...]:
+    """The completion pass over packed rows (the prompt pass has filled ``cache``), scattered back."""
+    device = batch.completion_ids.device
+    group = layout.group.to(device)
+    if cache is not None:
+        cache.batch_select_indices(group)  # one copy of the prompt's cache per packed row
+        past_mask = batch.prompt_mask[group, :-1]
+    else:
+        past_mask = batch.prompt_mask[group, :0]
+    dtype = next(model.parameters()).dtype
+    mask = segment_mask(layout, past_mask.cpu(), mask_kind(model), dtype).to(device)
+    out = model(
+        input_ids=layout.input_ids.to(device),
+        attention_mask=mask,
+        position_ids=positions[group, -1:] + layout.offsets.to(device),
+        past_key_values=cache,
+        use_cache=cache is not None,
+        output_hidden_states=with_hidden,
+    )
+    logprobs, entropy = _token_logprobs(out.logits, layout.targets.to(device), temperature, with_entropy)
+    rows, width = len(batch), batch.completion_width
+    result = (
+        unpack(logprobs, layout, rows, width),
+        None if entropy is None else unpack(entropy, layout, rows, width),
+    )
+    return (*result, unpack(out.hidden_states[-1], layout, rows, width)) if with_hidden else result
 
 
 def response_kwargs(model: torch.nn.Module, batch: TrainBatch) -> dict[str, torch.Tensor]:

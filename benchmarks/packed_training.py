@@ -1,0 +1,80 @@
+"""One policy update with and without packing (``algo.packing``), alternating, on real rollouts.
+
+    .venv/bin/python benchmarks/packed_training.py                       # the default demo's shape
+    .venv/bin/python benchmarks/packed_training.py --shape 1x16x128 --batches 2
+    taskset -c 0 .venv/bin/python benchmarks/packed_training.py --threads 1
+
+The batches are what the default demo trains on: the recipe's few-shot chain_sum prompts, P prompts ×
+G completions of at most T new tokens sampled by the bundled model at temperature 1, stopping at
+its stop token. Each batch is trained with packing on and off in turn (the order swaps every
+repetition), each a full ``policy_update``: the forward and backward passes, clipping and the
+AdamW step. The script prints the completion tokens, the slots the unpacked rows hold (B × T), the
+slots the packed rows hold, and the median update time of each setting.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from bench_setup import RECIPE, bench_args
+
+
+def main() -> None:
+    import torch
+
+    from rlvr import api
+    from rlvr.data.from_config import build_datasets
+    from rlvr.models import load_model, load_tokenizer
+    from rlvr.models.chat import encode_prompt
+    from rlvr.rollout import HFEngine, SamplingParams
+    from rlvr.train.learn.batch import build_batch
+    from rlvr.train.learn.optim import build_optimizer, build_scheduler
+    from rlvr.train.learn.packing import completion_lengths, pack_rows, set_packing
+    from rlvr.train.learn.update import policy_update
+
+    args, (p, g, t) = bench_args(__doc__.splitlines()[0], shape="4x8x24", reps=3, extra={"--batches": 3})
+    cfg = api.load_config(RECIPE, [f"algo.micro_batch_size={p * g}", "optim.warmup_steps=0"])
+    train, _ = build_datasets(cfg.data)
+    tokenizer = load_tokenizer(cfg.model.name)
+    model = load_model(cfg.model.name, "float32", "cpu")
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, 1000, cfg.optim)
+    engine = HFEngine(model, tokenizer, max_batch_sequences=1024, seed=0)
+    params = SamplingParams(n=g, temperature=1.0, max_new_tokens=t)
+    gen = torch.Generator().manual_seed(0)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    tokens = slots = packed_slots = 0
+    print(f"{p} prompts × {g} completions, ≤ {t} new tokens, {torch.get_num_threads()} threads")
+    for b in range(args.batches):
+        prompts = [encode_prompt(tokenizer, e.prompt) for e in train[b * p : (b + 1) * p]]
+        groups = engine.generate(prompts, params)
+        batch = build_batch(groups, torch.randn(p * g, generator=gen).tolist(), engine.pad_id)
+        lengths = completion_lengths(batch.completion_attention)
+        _, bins = pack_rows(batch.group_index, lengths, batch.completion_width)
+        tokens += int(lengths.sum())
+        slots += batch.completion_ids.numel()
+        packed_slots += len(bins) * batch.completion_width
+        print(
+            f"batch {b}: prompt tokens {batch.prompt_mask.sum(1).tolist()}, completion tokens "
+            f"{int(lengths.sum())} in {len(batch)} rows × {batch.completion_width} unpacked, "
+            f"{len(bins)} rows packed",
+            flush=True,
+        )
+        for rep in range(args.reps + 1):  # the first repetition warms up both settings
+            for packing in (True, False) if rep % 2 else (False, True):
+                set_packing(model, packing)
+                start = time.perf_counter()
+                policy_update(model, optimizer, scheduler, batch, cfg.algo, 1.0, 1.0, t)
+                if rep:
+                    times[packing].append(time.perf_counter() - start)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"completion tokens {tokens}: unpacked slots {slots} ({tokens / slots:.0%} real), packed slots "
+        f"{packed_slots} ({tokens / packed_slots:.0%} real)"
+    )
+    print(f"update, median of {len(times[True])}: unpacked {off:.2f} s, packed {on:.2f} s: {off / on:.2f}×")
+
+
+if __name__ == "__main__":
+    main()

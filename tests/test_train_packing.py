@@ -1,0 +1,117 @@
+"""Packed training rows (several completions of a prompt per row) give the unpacked numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.models import load_model
+from rlvr.rollout import Completion
+from rlvr.train.learn import logprobs as logprobs_module
+from rlvr.train.learn.batch import build_batch
+from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
+from rlvr.train.learn.packing import completion_lengths, pack_rows, set_packing
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return load_model("tiny-random")
+
+
+def _batch(lengths_per_group: list[list[int]], prompt_lengths: list[int], seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    groups = []
+    for p, (plen, lengths) in enumerate(zip(prompt_lengths, lengths_per_group)):
+        prompt = torch.randint(10, 4000, (plen,), generator=gen).tolist()
+        groups.append(
+            [
+                Completion(
+                    p, prompt, torch.randint(10, 4000, (n,), generator=gen).tolist(), [0.0] * n, "stop"
+                )
+                for n in lengths
+            ]
+        )
+    rows = sum(len(g) for g in groups)
+    return build_batch(groups, torch.linspace(-1, 1, rows).tolist(), pad_id=2)
+
+
+def _run(model, batch, **kwargs):
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy, hidden = completion_logprobs(
+        model, batch, 0.7, with_entropy=True, with_hidden=True, **kwargs
+    )
+    weights = batch.completion_mask * batch.advantages[:, None]
+    ((logprobs * weights).sum() + (hidden.sum(-1) * weights).sum() * 1e-3).backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return logprobs.detach(), entropy, hidden.detach(), grads
+
+
+CASES = [
+    ([[12, 3, 7, 1, 5, 2], [6, 2, 2], [1, 12]], [9, 4, 6]),
+    ([[2, 4, 1, 1], [5]], [1, 7]),  # a one-token prompt: no shared pass for it
+    ([[3, 1], [4, 4, 2]], [1, 1]),  # no shared pass at all
+]
+
+
+@pytest.mark.parametrize("lengths,prompt_lengths", CASES)
+def test_packed_rows_match_unpacked_values_and_gradients(tiny, lengths, prompt_lengths, monkeypatch) -> None:
+    batch = _batch(lengths, prompt_lengths)
+    calls = []
+    real = logprobs_module._packed_forward
+    monkeypatch.setattr(logprobs_module, "_packed_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    packed = _run(tiny, batch)
+    assert calls, "the packed forward did not run"
+    plain = _run(tiny, batch, packing=False)
+    mask = batch.completion_attention.bool()
+    for got, want in zip(packed[:3], plain[:3]):
+        assert torch.allclose(got[mask], want[mask], atol=1e-5)
+    assert torch.allclose(packed[3], plain[3], rtol=1e-4, atol=2e-5 * float(plain[3].abs().max()))
+    reference, _ = completion_logprobs_simple(tiny, batch, 0.7)
+    assert torch.allclose(packed[0][mask], reference[mask], atol=1e-5)
+    assert (packed[0][~mask] == 0).all()
+
+
+def test_packing_fills_rows_within_one_prompt() -> None:
+    batch = _batch([[12, 3, 7, 1, 5, 2], [6, 2, 2]], [5, 5])
+    lengths = completion_lengths(batch.completion_attention)
+    groups, bins = pack_rows(batch.group_index, lengths, batch.completion_width)
+    assert sorted(r for b in bins for r in b) == list(range(9))  # every completion, once
+    for prompt, members in zip(groups, bins):
+        assert all(int(batch.group_index[r]) == prompt for r in members)
+        assert sum(int(lengths[r]) for r in members) <= batch.completion_width
+    assert len(bins) == 4  # 12 | 7+5 | 3+2+1 ; 6+2+2 (first fit, longest first)
+
+
+def test_equal_lengths_or_holes_are_not_packed(tiny, monkeypatch) -> None:
+    monkeypatch.setattr(logprobs_module, "_packed_forward", lambda *a, **k: pytest.fail("packed"))
+    completion_logprobs(tiny, _batch([[4, 4], [4]], [3, 5]), 1.0)  # one completion a row already
+    batch = _batch([[4, 1, 2], [4]], [3, 5])
+    batch.completion_attention[0, 1] = 0  # a hole in a response: not a prefix
+    assert completion_lengths(batch.completion_attention) is None
+    completion_logprobs(tiny, batch, 1.0)
+
+
+def test_policy_update_trains_packed_as_unpacked(tiny, monkeypatch) -> None:
+    """The update's wiring: one PPO step with packing equals one without, parameter for parameter."""
+    from rlvr.config.schema import AlgoConfig
+    from rlvr.train.learn.update import policy_update
+
+    batch = _batch(*CASES[0])
+    calls = []
+    real = logprobs_module._packed_forward
+    monkeypatch.setattr(logprobs_module, "_packed_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    start = {k: v.clone() for k, v in tiny.state_dict().items()}
+    deltas = []
+    for packing in (True, False):
+        tiny.load_state_dict(start)
+        set_packing(tiny, packing)  # what the learner does with algo.packing
+        opt = torch.optim.SGD(tiny.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        policy_update(tiny, opt, sched, batch, AlgoConfig(), 1e9, 1.0, 12)
+        deltas.append(torch.cat([(tiny.state_dict()[k] - start[k]).flatten() for k in start]))
+    tiny.load_state_dict(start)
+    set_packing(tiny, True)
+    assert calls == [1], "packing=True did not pack, or packing=False packed"
+    assert deltas[0].abs().max() > 0
+    assert torch.allclose(deltas[0], deltas[1], rtol=1e-3, atol=1e-4 * float(deltas[1].abs().max()))

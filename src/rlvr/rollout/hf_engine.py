@@ -56,16 +56,37 @@ def sample_next(
         chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
         return tokens, chosen - torch.logsumexp(logits, dim=-1)
     scale = params.temperature if temperature is None else temperature.to(logits.device)[:, None]
+    if params.top_p >= 1.0:
+        return _sample_unnormalised(logits, scale, generator)
     probs = torch.softmax(logits.float() / scale, dim=-1)
-    kept = probs
-    if params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-        kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
     cdf = kept.cumsum(dim=-1)
     u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
+
+
+def _sample_unnormalised(
+    logits: torch.Tensor, scale: float | torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-CDF sampling from softmax(logits / scale) without normalising it: the cumulative sum
+    of exp(x − max) is the CDF scaled by its last entry, so the uniform draw is scaled instead of the
+    [B, V] probabilities, and the logprob is x[token] − max − log(total). One [B, V] temporary,
+    written in place, instead of softmax's output, its division and the cumulative sum's; the same
+    distribution (``benchmarks/sampling_step.py``)."""
+    x = logits.float()
+    if not (isinstance(scale, float | int) and scale == 1.0):
+        x = x / scale
+    peak = x.amax(dim=-1, keepdim=True)
+    weights = torch.sub(x, peak).exp_()
+    total = weights.sum(dim=-1, keepdim=True)  # a pairwise sum: the running sum's last entry drifts
+    cdf = weights.cumsum_(dim=-1)
+    u = torch.rand((x.shape[0], 1), generator=generator, device=x.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=x.shape[-1] - 1)
+    chosen = x.gather(-1, tokens[:, None]) - peak - total.log()
+    return tokens, chosen.squeeze(-1)
 
 
 class HFEngine:

@@ -9,7 +9,7 @@ from rlvr.models import load_model
 from rlvr.rollout import Completion
 from rlvr.train.learn import logprobs as logprobs_module
 from rlvr.train.learn.batch import build_batch
-from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple
+from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple, shared_prefix_length
 from rlvr.train.learn.packing import completion_lengths, pack_rows, set_packing
 
 
@@ -19,11 +19,13 @@ def tiny():
     return load_model("tiny-random")
 
 
-def _batch(lengths_per_group: list[list[int]], prompt_lengths: list[int], seed: int = 1):
+def _batch(lengths_per_group: list[list[int]], prompt_lengths: list[int], seed: int = 1, shared: int = 0):
+    """Random prompts (the first ``shared`` tokens the same in all) and completions of these lengths."""
     gen = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(10, 4000, (shared,), generator=gen).tolist()
     groups = []
     for p, (plen, lengths) in enumerate(zip(prompt_lengths, lengths_per_group)):
-        prompt = torch.randint(10, 4000, (plen,), generator=gen).tolist()
+        prompt = prefix + torch.randint(10, 4000, (plen,), generator=gen).tolist()
         groups.append(
             [
                 Completion(
@@ -48,20 +50,32 @@ def _run(model, batch, **kwargs):
 
 
 CASES = [
-    ([[12, 3, 7, 1, 5, 2], [6, 2, 2], [1, 12]], [9, 4, 6]),
-    ([[2, 4, 1, 1], [5]], [1, 7]),  # a one-token prompt: no shared pass for it
-    ([[3, 1], [4, 4, 2]], [1, 1]),  # no shared pass at all
+    ([[12, 3, 7, 1, 5, 2], [6, 2, 2], [1, 12]], [9, 4, 6], 0),
+    ([[2, 4, 1, 1], [5]], [1, 7], 0),  # a one-token prompt: no shared pass for it
+    ([[3, 1], [4, 4, 2]], [1, 1], 0),  # no shared pass at all
+    ([[12, 3, 7, 1, 5, 2], [6, 2, 2], [1, 12]], [9, 4, 6], 20),  # a prefix common to all prompts
+    ([[5, 2], [3, 3, 1]], [1, 6], 17),  # ... and a prompt that is the prefix and one token
 ]
 
 
-@pytest.mark.parametrize("lengths,prompt_lengths", CASES)
-def test_packed_rows_match_unpacked_values_and_gradients(tiny, lengths, prompt_lengths, monkeypatch) -> None:
-    batch = _batch(lengths, prompt_lengths)
+@pytest.mark.parametrize("lengths,prompt_lengths,shared", CASES)
+def test_packed_rows_match_unpacked_values_and_gradients(
+    tiny, lengths, prompt_lengths, shared, monkeypatch
+) -> None:
+    batch = _batch(lengths, prompt_lengths, shared=shared)
+    assert shared_prefix_length(batch) >= shared
     calls = []
     real = logprobs_module._packed_forward
     monkeypatch.setattr(logprobs_module, "_packed_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    shapes = []
+    forward = tiny.forward
+    monkeypatch.setattr(
+        tiny, "forward", lambda **k: shapes.append(tuple(k["input_ids"].shape)) or forward(**k)
+    )
     packed = _run(tiny, batch)
+    monkeypatch.setattr(tiny, "forward", forward)
     assert calls, "the packed forward did not run"
+    assert ((1, shared_prefix_length(batch)) in shapes) == (shared > 0)  # the prefix ran once, alone
     plain = _run(tiny, batch, packing=False)
     mask = batch.completion_attention.bool()
     for got, want in zip(packed[:3], plain[:3]):
@@ -97,7 +111,8 @@ def test_policy_update_trains_packed_as_unpacked(tiny, monkeypatch) -> None:
     from rlvr.config.schema import AlgoConfig
     from rlvr.train.learn.update import policy_update
 
-    batch = _batch(*CASES[0])
+    lengths, prompt_lengths, shared = CASES[3]
+    batch = _batch(lengths, prompt_lengths, shared=shared)
     calls = []
     real = logprobs_module._packed_forward
     monkeypatch.setattr(logprobs_module, "_packed_forward", lambda *a, **k: calls.append(1) or real(*a, **k))

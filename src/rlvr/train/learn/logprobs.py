@@ -58,8 +58,9 @@ def completion_logprobs(
     ``with_hidden`` appends a third result: the final hidden states [B, T, H] at the positions that
     predict each completion token (a value head's input). ``plain_scoring`` scores the [B, T, V]
     logits with a full log-softmax, as before the chunked scoring (for benchmarks). ``packing``
-    lets the completions of a prompt share rows where that removes padding
-    (:mod:`rlvr.train.learn.packing`); values at padding positions are then 0."""
+    encodes a prefix common to all prompts once (:func:`shared_prefix_length`) and lets the
+    completions of a prompt share rows where that removes padding (:mod:`rlvr.train.learn.packing`);
+    values at padding positions are then 0."""
     # Prompts are left-padded, so every prompt's last token is in the last column. The prompt minus
     # that token runs once per group and its key/value cache is repeated for the group's completions;
     # the last prompt token then runs with each completion, so that one forward gives the logits of
@@ -73,25 +74,18 @@ def completion_logprobs(
     check_images_reach(model, batch.prompt_ids, vision, "the training forward")
     prompt_positions = vision_positions(model, batch.prompt_ids, prompt_mask, positions, vision)
     positions = text_positions(prompt_positions)
-    cache, past_mask = None, prompt_mask[index, :0]
-    if batch.prompt_ids.shape[1] > 1:
-        cache = DynamicCache()
-        model(
-            input_ids=batch.prompt_ids[:, :-1],
-            attention_mask=prompt_mask[:, :-1],
-            position_ids=prompt_positions[..., :-1],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,  # unused: no gradient reaches it
-            **vision,
-        )
+    pack = packing and not plain_scoring and batch.prompt_vision is None and not uses_mrope(model)
+    pack = pack and mask_kind(model) is not None
+    cache, cache_mask = _prompt_pass(model, batch, prompt_positions, vision, share_prefix=pack)
     width = batch.completion_width
-    layout = _packing(model, batch) if packing and not plain_scoring else None
+    layout = _packing(model, batch) if pack else None
     if layout is not None:
-        return _packed_forward(model, batch, layout, cache, positions, temperature, with_entropy, with_hidden)
+        return _packed_forward(
+            model, batch, layout, cache, cache_mask, positions, temperature, with_entropy, with_hidden
+        )
     if cache is not None:
         cache.batch_select_indices(index)  # indexing is differentiable: grads sum per prompt
-        past_mask = prompt_mask[index, :-1]
+    past_mask = cache_mask[index]
     tail_ids = torch.cat([batch.prompt_ids[index, -1:], batch.completion_ids[:, :-1]], dim=1)
     # a multi-turn response's observation images go with the response's pass
     response_vision = response_kwargs(model, batch)
@@ -116,9 +110,88 @@ def completion_logprobs(
     return (*result, out.hidden_states[-1]) if with_hidden else result
 
 
+# a prefix shorter than this is encoded with each prompt (a separate pass costs a forward's fixed work)
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(batch: TrainBatch) -> int:
+    """Tokens at the start of every prompt of ``batch`` that are the same in all of them (a system
+    prompt, few-shot examples), leaving out each prompt's last token (the completion pass runs it);
+    0 with fewer than two prompts."""
+    if batch.prompt_ids.shape[0] < 2:
+        return 0
+    prompts = [ids[mask.bool()][:-1] for ids, mask in zip(batch.prompt_ids.cpu(), batch.prompt_mask.cpu())]
+    shortest = min(len(p) for p in prompts)
+    same = torch.stack([p[:shortest] for p in prompts]).eq(prompts[0][:shortest]).all(dim=0)
+    return shortest if bool(same.all()) else int((~same).nonzero()[0])
+
+
+def _prompt_pass(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    prompt_positions: torch.Tensor,
+    vision: dict[str, torch.Tensor],
+    share_prefix: bool,
+) -> tuple[DynamicCache | None, torch.Tensor]:
+    """The key/value cache of every prompt but its last token [P rows], and the mask of its columns.
+
+    With ``share_prefix``, a prefix common to all prompts (``shared_prefix_length``) runs once as
+    one row and its cache is repeated for the P prompts (autograd sums their gradients), then the
+    rest of each prompt runs on top of it, left-padded: the cache's columns are the prefix, then
+    padding, then each prompt's remainder. Otherwise the left-padded prompts run as they are."""
+    prompt_mask = batch.prompt_mask
+    shared = shared_prefix_length(batch) if share_prefix else 0
+    if shared < MIN_SHARED_PREFIX:
+        if batch.prompt_ids.shape[1] <= 1:
+            return None, prompt_mask[:, :0]
+        cache = DynamicCache()
+        model(
+            input_ids=batch.prompt_ids[:, :-1],
+            attention_mask=prompt_mask[:, :-1],
+            position_ids=prompt_positions[..., :-1],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,  # unused: no gradient reaches it
+            **vision,
+        )
+        return cache, prompt_mask[:, :-1]
+    device, prompts = batch.prompt_ids.device, batch.prompt_ids.shape[0]
+    real = [ids[mask.bool()] for ids, mask in zip(batch.prompt_ids, prompt_mask)]
+    cache = DynamicCache()
+    model(
+        input_ids=real[0][None, :shared],
+        position_ids=torch.arange(shared, device=device)[None],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache.batch_repeat_interleave(prompts)
+    rest = [ids[shared:-1] for ids in real]
+    width = max(len(r) for r in rest)
+    prefix_mask = prompt_mask.new_ones((prompts, shared))
+    if width == 0:
+        return cache, prefix_mask
+    rest_ids = batch.prompt_ids.new_zeros((prompts, width))
+    rest_mask = prompt_mask.new_zeros((prompts, width))
+    for row, ids in enumerate(rest):
+        if len(ids):
+            rest_ids[row, width - len(ids) :] = ids
+            rest_mask[row, width - len(ids) :] = 1
+    cache_mask = torch.cat([prefix_mask, rest_mask], dim=1)
+    model(
+        input_ids=rest_ids,
+        attention_mask=cache_mask,
+        position_ids=shared + (rest_mask.cumsum(-1) - 1).clamp(min=0),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return cache, cache_mask
+
+
 def _packing(model: torch.nn.Module, batch: TrainBatch) -> PackedRows | None:
     """The packed layout of ``batch`` when packing applies and saves rows, else None."""
-    if batch.prompt_vision is not None or batch.completion_vision is not None or mask_kind(model) is None:
+    if batch.completion_vision is not None:
         return None
     lengths = completion_lengths(batch.completion_attention)
     if lengths is None:
@@ -134,6 +207,7 @@ def _packed_forward(
     batch: TrainBatch,
     layout: PackedRows,
     cache: DynamicCache | None,
+    cache_mask: torch.Tensor,
     positions: torch.Tensor,
     temperature: float,
     with_entropy: bool | str,
@@ -144,9 +218,7 @@ def _packed_forward(
     group = layout.group.to(device)
     if cache is not None:
         cache.batch_select_indices(group)  # one copy of the prompt's cache per packed row
-        past_mask = batch.prompt_mask[group, :-1]
-    else:
-        past_mask = batch.prompt_mask[group, :0]
+    past_mask = cache_mask[group]
     dtype = next(model.parameters()).dtype
     mask = segment_mask(layout, past_mask.cpu(), mask_kind(model), dtype).to(device)
     out = model(

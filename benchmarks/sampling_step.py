@@ -6,8 +6,9 @@
 Both pick the next token from softmax(logits / T) with one uniform draw per row. The normalised
 sampler (what ``rlvr.rollout.hf_engine.sample_next`` did before, kept here to compare) builds the
 probabilities (a division and a softmax), their cumulative sum, and gathers the chosen probability;
-the unnormalised one (``_sample_unnormalised``) exponentiates x − max in place, sums it, turns it into
-its own cumulative sum in place and scales the uniform draw by the last entry. The logits are the
+the unnormalised one (``_sample_unnormalised``) exponentiates x − max in place, sums it in blocks of
+512 entries, picks a block by the cumulative sum of the block sums and an entry by the cumulative sum
+inside that block, with the uniform draw scaled instead of the probabilities. The logits are the
 bundled model's at a real decode position, repeated to B rows (49,152 entries each). The script
 prints the median time of each over many calls, their ratio, and the largest logprob difference of
 the two on the same draws (the same generator state gives the same token unless a draw falls within
@@ -36,16 +37,15 @@ def main() -> None:
     import torch
 
     from rlvr.models import load_model, load_tokenizer
+    from rlvr.models.chat import encode_prompt
     from rlvr.rollout.hf_engine import _sample_unnormalised
 
     args, _ = bench_args(__doc__.splitlines()[0], shape="1x1x1", reps=200)
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     model = load_model("smollm2-135m-instruct", "float32", "cpu")
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is 12 + 35?"}], add_generation_prompt=True
-    )
+    ids = encode_prompt(tokenizer, [{"role": "user", "content": "What is 12 + 35?"}])
     with torch.inference_mode():
-        row = model(input_ids=torch.tensor([list(ids)])).logits[0, -1]
+        row = model(input_ids=torch.tensor([ids])).logits[0, -1]
     for rows in (16, 32, 64):
         logits = row.repeat(rows, 1).contiguous()
         samplers = {

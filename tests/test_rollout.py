@@ -21,6 +21,23 @@ def test_sampling_follows_the_tempered_distribution() -> None:
     assert torch.allclose(logprobs, expected.log()[tokens], atol=1e-5)
 
 
+def test_blocked_sampling_follows_the_distribution_across_blocks() -> None:
+    """The two-level inverse CDF (a block, then an entry in it) over a vocabulary of several blocks
+    and a padded last one: frequencies match the tempered softmax, logprobs match log_softmax."""
+    gen = torch.Generator().manual_seed(3)
+    row = torch.randn(1300, generator=gen) * 0.5  # mass spread over all three 512-entry blocks
+    row[[5, 600, 1299]] = torch.tensor([3.0, 3.5, 4.0])  # peaks in the first, second and padded block
+    logits = row.repeat(60_000, 1)
+    tokens, logprobs = sample_next(logits, SamplingParams(temperature=0.8), torch.Generator().manual_seed(0))
+    expected = torch.softmax(row / 0.8, dim=-1)
+    freq = torch.bincount(tokens, minlength=1300).float() / len(tokens)
+    assert (freq - expected).abs().max() < 0.004
+    for block in range(3):  # each block's share of the samples
+        part = slice(block * 512, (block + 1) * 512)
+        assert abs(float(freq[part].sum() - expected[part].sum())) < 0.006
+    assert torch.allclose(logprobs, torch.log_softmax(row / 0.8, -1)[tokens], atol=1e-5)
+
+
 def test_top_p_never_samples_outside_the_nucleus() -> None:
     logits = torch.tensor([3.0, 2.9, 0.0, -0.5]).repeat(5_000, 1)
     tokens, logprobs = sample_next(logits, SamplingParams(top_p=0.8), torch.Generator().manual_seed(1))

@@ -68,23 +68,39 @@ def sample_next(
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
 
 
+SAMPLING_BLOCK = 512  # vocabulary entries per block of the two-level inverse CDF
+
+
 def _sample_unnormalised(
     logits: torch.Tensor, scale: float | torch.Tensor, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse-CDF sampling from softmax(logits / scale) without normalising it: the cumulative sum
-    of exp(x − max) is the CDF scaled by its last entry, so the uniform draw is scaled instead of the
-    [B, V] probabilities, and the logprob is x[token] − max − log(total). One [B, V] temporary,
-    written in place, instead of softmax's output, its division and the cumulative sum's; the same
-    distribution (``benchmarks/sampling_step.py``)."""
+    """Inverse-CDF sampling from softmax(logits / scale), exact, without normalising it and without
+    a cumulative sum over the whole vocabulary.
+
+    The weights exp(x − max) are summed in blocks of ``SAMPLING_BLOCK`` entries; one uniform draw,
+    scaled by their total, picks a block by the cumulative sum of the block sums, then an entry by
+    the cumulative sum inside that block alone. The logprob is x[token] − max − log(total). A
+    full-vocabulary cumulative sum is a sequential pass that cost more than the rest of sampling
+    (``benchmarks/sampling_step.py`` compares this with the normalised sampler it replaced)."""
     x = logits.float()
     if not (isinstance(scale, float | int) and scale == 1.0):
         x = x / scale
+    rows, vocab = x.shape
     peak = x.amax(dim=-1, keepdim=True)
     weights = torch.sub(x, peak).exp_()
-    total = weights.sum(dim=-1, keepdim=True)  # a pairwise sum: the running sum's last entry drifts
-    cdf = weights.cumsum_(dim=-1)
-    u = torch.rand((x.shape[0], 1), generator=generator, device=x.device) * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=x.shape[-1] - 1)
+    blocks = -(-vocab // SAMPLING_BLOCK)
+    if blocks * SAMPLING_BLOCK != vocab:  # zero weight on the padding
+        weights = torch.nn.functional.pad(weights, (0, blocks * SAMPLING_BLOCK - vocab))
+    weights = weights.view(rows, blocks, SAMPLING_BLOCK)
+    block_sums = weights.sum(dim=-1)
+    total = block_sums.sum(dim=-1, keepdim=True)
+    block_cdf = block_sums.cumsum(dim=-1)
+    u = torch.rand((rows, 1), generator=generator, device=x.device) * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, u, right=True).clamp(max=blocks - 1)  # [B, 1]
+    below = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), torch.zeros_like(u))
+    inside = weights.gather(1, block[:, :, None].expand(rows, 1, SAMPLING_BLOCK)).squeeze(1).cumsum(dim=-1)
+    entry = torch.searchsorted(inside, u - below, right=True).clamp(max=SAMPLING_BLOCK - 1)
+    tokens = (block * SAMPLING_BLOCK + entry).squeeze(-1).clamp(max=vocab - 1)
     chosen = x.gather(-1, tokens[:, None]) - peak - total.log()
     return tokens, chosen.squeeze(-1)
 

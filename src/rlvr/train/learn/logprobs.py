@@ -141,7 +141,7 @@ def _prompt_pass(
     padding, then each prompt's remainder. Otherwise the left-padded prompts run as they are."""
     prompt_mask = batch.prompt_mask
     shared = shared_prefix_length(batch) if share_prefix else 0
-    if shared < MIN_SHARED_PREFIX:
+    if shared == 0 or shared < MIN_SHARED_PREFIX:
         if batch.prompt_ids.shape[1] <= 1:
             return None, prompt_mask[:, :0]
         cache = DynamicCache()

@@ -11,7 +11,8 @@ its stop token. Each batch is trained in the three settings in turn (the order r
 repetition), each a full ``policy_update``: the forward and backward passes, clipping and the
 AdamW step. The script prints the completion tokens, the slots the unpacked rows hold (B × T), the
 slots the packed rows hold, the prefix all prompts share, and the median update time of each setting.
-The update's micro-batch is the whole batch (P·G rows), so the prefix is shared by all P prompts.
+The update's micro-batches are the recipe's (``algo.micro_batch_size`` 16: two groups of 8 each),
+or ``--micro N`` rows; a prefix is shared by the prompts of one micro-batch.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def main() -> None:
     from rlvr.train.learn.packing import completion_lengths, pack_rows, set_packing
     from rlvr.train.learn.update import policy_update
 
-    args, (p, g, t) = bench_args(__doc__.splitlines()[0], shape="4x8x24", reps=3, extra={"--batches": 3})
-    cfg = api.load_config(RECIPE, [f"algo.micro_batch_size={p * g}", "optim.warmup_steps=0"])
+    args, (p, g, t) = bench_args(
+        __doc__.splitlines()[0], shape="4x8x24", reps=3, extra={"--batches": 3, "--micro": 0}
+    )
+    micro = [f"algo.micro_batch_size={args.micro}"] if args.micro else []
+    cfg = api.load_config(RECIPE, [*micro, "optim.warmup_steps=0"])
     train, _ = build_datasets(cfg.data)
     tokenizer = load_tokenizer(cfg.model.name)
     model = load_model(cfg.model.name, "float32", "cpu")
@@ -55,7 +59,10 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in settings}
     tokens = slots = packed_slots = 0
-    print(f"{p} prompts × {g} completions, ≤ {t} new tokens, {torch.get_num_threads()} threads")
+    print(
+        f"{p} prompts × {g} completions, ≤ {t} new tokens, micro-batches of {cfg.algo.micro_batch_size} "
+        f"rows, {torch.get_num_threads()} threads"
+    )
     for b in range(args.batches):
         prompts = [encode_prompt(tokenizer, e.prompt) for e in train[b * p : (b + 1) * p]]
         groups = engine.generate(prompts, params)

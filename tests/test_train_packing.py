@@ -10,7 +10,7 @@ from rlvr.rollout import Completion
 from rlvr.train.learn import logprobs as logprobs_module
 from rlvr.train.learn.batch import build_batch
 from rlvr.train.learn.logprobs import completion_logprobs, completion_logprobs_simple, shared_prefix_length
-from rlvr.train.learn.packing import completion_lengths, pack_rows, set_packing
+from rlvr.train.learn.packing import completion_lengths, micro_batches, pack_rows, set_packing
 
 
 @pytest.fixture(scope="module")
@@ -128,5 +128,45 @@ def test_policy_update_trains_packed_as_unpacked(tiny, monkeypatch) -> None:
     tiny.load_state_dict(start)
     set_packing(tiny, True)
     assert calls == [1], "packing=True did not pack, or packing=False packed"
+    assert deltas[0].abs().max() > 0
+    assert torch.allclose(deltas[0], deltas[1], rtol=1e-3, atol=1e-4 * float(deltas[1].abs().max()))
+
+
+def test_packed_micro_batches_hold_whole_groups_within_the_token_budget() -> None:
+    lengths = [[14, 3, 9, 1, 5, 12, 2, 8]] * 4
+    batch = _batch(lengths, [26, 25, 26, 24], shared=94)  # the demo's shape: a 94-token few-shot prefix
+    width = batch.prompt_ids.shape[1] + batch.completion_width
+    assert micro_batches(batch, 16) == [slice(0, 32)]  # 16 unpacked rows' tokens hold all four groups
+    assert micro_batches(batch, 1) == [slice(0, 8), slice(8, 16), slice(16, 24), slice(24, 32)]
+    for size in (2, 3, 5):
+        slices = micro_batches(batch, size)
+        assert all(s.start % 8 == 0 for s in slices) and slices[-1].stop == 32
+        for s in slices:  # the tokens each pass runs stay within the budget (or it is one group)
+            sub = batch.select(s)
+            _, bins = pack_rows(
+                sub.group_index, completion_lengths(sub.completion_attention), sub.completion_width
+            )
+            rest = max(int(m.sum()) for m in sub.prompt_mask) - shared_prefix_length(sub)
+            tokens = shared_prefix_length(sub) + len(sub.prompt_ids) * rest + len(bins) * sub.completion_width
+            assert tokens <= size * width or s.stop - s.start == 8
+
+
+def test_an_update_in_packed_micro_batches_equals_one_in_row_micro_batches(tiny) -> None:
+    from rlvr.config.schema import AlgoConfig
+    from rlvr.train.learn.update import policy_update
+
+    batch = _batch([[5, 2, 7], [3, 3, 1], [6, 1], [2, 2, 2]], [4, 6, 5, 3], shared=20)
+    assert len(micro_batches(batch, 3)) < 4  # fewer passes than row micro-batches of 3
+    start = {k: v.clone() for k, v in tiny.state_dict().items()}
+    deltas = []
+    for packing in (True, False):
+        tiny.load_state_dict(start)
+        set_packing(tiny, packing)
+        opt = torch.optim.SGD(tiny.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        policy_update(tiny, opt, sched, batch, AlgoConfig(micro_batch_size=3), 1e9, 1.0, 7)
+        deltas.append(torch.cat([(tiny.state_dict()[k] - start[k]).flatten() for k in start]))
+    tiny.load_state_dict(start)
+    set_packing(tiny, True)
     assert deltas[0].abs().max() > 0
     assert torch.allclose(deltas[0], deltas[1], rtol=1e-3, atol=1e-4 * float(deltas[1].abs().max()))

@@ -74,8 +74,7 @@ def completion_logprobs(
     check_images_reach(model, batch.prompt_ids, vision, "the training forward")
     prompt_positions = vision_positions(model, batch.prompt_ids, prompt_mask, positions, vision)
     positions = text_positions(prompt_positions)
-    pack = packing and not plain_scoring and batch.prompt_vision is None and not uses_mrope(model)
-    pack = pack and mask_kind(model) is not None
+    pack = packing and not plain_scoring and packing_applies(model, batch)
     cache, cache_mask = _prompt_pass(model, batch, prompt_positions, vision, share_prefix=pack)
     width = batch.completion_width
     layout = _packing(model, batch) if pack else None
@@ -108,6 +107,13 @@ def completion_logprobs(
     else:
         result = _token_logprobs(out.logits, batch.completion_ids, temperature, with_entropy)
     return (*result, out.hidden_states[-1]) if with_hidden else result
+
+
+def packing_applies(model: torch.nn.Module, batch: TrainBatch) -> bool:
+    """Whether the packed forward (a shared prefix, packed rows) can run ``batch`` through ``model``:
+    text only, 1-D positions, an attention that takes a custom mask, ``algo.packing`` on."""
+    text = batch.prompt_vision is None and batch.completion_vision is None
+    return text and not uses_mrope(model) and mask_kind(model) is not None
 
 
 # a prefix shorter than this is encoded with each prompt (a separate pass costs a forward's fixed work)
@@ -191,8 +197,6 @@ def _prompt_pass(
 
 def _packing(model: torch.nn.Module, batch: TrainBatch) -> PackedRows | None:
     """The packed layout of ``batch`` when packing applies and saves rows, else None."""
-    if batch.completion_vision is not None:
-        return None
     lengths = completion_lengths(batch.completion_attention)
     if lengths is None:
         return None

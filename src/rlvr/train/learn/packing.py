@@ -127,6 +127,47 @@ def packed_layout(batch, lengths: torch.Tensor, groups: list[int], bins: list[li
     )
 
 
+def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
+    """Row slices of ``batch`` (a TrainBatch whose groups' rows are contiguous) for packed
+    forward/backward passes: whole groups, as many as fit in the tokens that ``size`` unpacked rows
+    take (``size`` × (prompt width + completion width)), so a pass holds no more activations than an
+    unpacked micro-batch of ``size`` rows. A pass's tokens are the prompts' shared prefix once, each
+    prompt's rest padded to the longest, and the packed rows; a group larger than the budget is a
+    pass of its own."""
+    budget = size * (batch.prompt_ids.shape[1] + batch.completion_width)
+    lengths = batch.completion_attention.sum(dim=1).cpu()
+    index = batch.group_index.cpu()
+    prompts = [
+        ids[mask.bool()].tolist() for ids, mask in zip(batch.prompt_ids.cpu(), batch.prompt_mask.cpu())
+    ]
+    starts = [0] + [r for r in range(1, len(index)) if index[r] != index[r - 1]] + [len(index)]
+    slices, first, shared, rest, rows = [], 0, 0, 0, 0
+    for begin, end in zip(starts[:-1], starts[1:]):
+        prompt = prompts[int(index[begin])]
+        if begin == first:  # a new pass starts with this group
+            candidate_shared, candidate_rest = len(prompt), 0
+        else:
+            head = prompts[int(index[first])]
+            candidate_shared = min(shared, _common(head, prompt))
+            candidate_rest = max(rest + shared - candidate_shared, len(prompt) - candidate_shared)
+        _, bins = pack_rows(index[begin:end], lengths[begin:end], batch.completion_width)
+        candidate_rows = rows + len(bins)
+        groups = len(set(index[first:end].tolist()))
+        tokens = candidate_shared + groups * candidate_rest + candidate_rows * batch.completion_width
+        if begin > first and tokens > budget:
+            slices.append(slice(first, begin))
+            first, shared, rest, rows = begin, len(prompt), 0, len(bins)
+        else:
+            shared, rest, rows = candidate_shared, candidate_rest, candidate_rows
+    slices.append(slice(first, len(index)))
+    return slices
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
 def segment_mask(layout: PackedRows, past_mask: torch.Tensor, kind: str, dtype: torch.dtype) -> torch.Tensor:
     """The 4-D attention mask [R, 1, W, past + W]: a segment's tokens see the prompt's real cached
     positions (``past_mask`` [R, past]) and their own segment up to themselves; a padding position

@@ -19,7 +19,8 @@ from rlvr.algo.importance import sampler_log_ratio
 from rlvr.config.schema import AlgoConfig
 from rlvr.registry import accepted_context
 from rlvr.train.learn.batch import TrainBatch
-from rlvr.train.learn.logprobs import completion_logprobs
+from rlvr.train.learn.logprobs import completion_logprobs, packing_applies
+from rlvr.train.learn.packing import completion_lengths, micro_batches
 
 if TYPE_CHECKING:
     from rlvr.models.precision import Precision
@@ -299,6 +300,8 @@ def policy_update(
                     (fresh if mini.given_mask is None else fresh * (1.0 - mini.given_mask)).sum().clamp(min=1)
                 )
             slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
+            if packing_applies(model, mini) and completion_lengths(mini.completion_attention) is not None:
+                slices = micro_batches(mini, cfg.micro_batch_size)  # as many tokens as that many rows
             if shard is not None:  # this rank's groups, with the whole minibatch's weights
                 mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
             optimizer.zero_grad(set_to_none=True)

@@ -176,13 +176,16 @@ def test_the_loss_gets_the_given_mask_and_the_demo_its_groups_advantage(luffy, m
     groups = copy.deepcopy(collection.kept)
     learner = Learner(cfg, load_model("tiny-random"), load_tokenizer("tiny-random").pad_token_id)
     metrics = learner.update(groups)
-    assert len(seen) == 2  # one micro-batch per group (micro_batch_size = group_size)
-    for group, (given, mask) in zip(groups, seen):
-        for row, t in enumerate(group.trajectories):
-            n = len(t.response_ids)
-            assert given[row, :n].tolist() == t.given_mask and not given[row, n:].any()
-            assert mask[row, :n].tolist() == t.loss_mask
-        assert given[-1].sum() == len(group.trajectories[-1].response_ids) > 0
+    # the loss's rows, over its micro-batches, in the groups' order
+    rows = [(given[r], mask[r]) for given, mask in seen for r in range(len(given))]
+    assert len(rows) == sum(len(group.trajectories) for group in groups)
+    for (given, mask), t in zip(rows, [t for group in groups for t in group.trajectories]):
+        n = len(t.response_ids)
+        assert given[:n].tolist() == t.given_mask and not given[n:].any()
+        assert mask[:n].tolist() == t.loss_mask
+    for group in groups:
+        demo = group.trajectories[-1]
+        assert sum(demo.given_mask) == len(demo.response_ids) > 0
         expected = _grpo([t.reward for t in group.trajectories])
         assert [t.advantage for t in group.trajectories] == pytest.approx(expected, rel=1e-4, abs=1e-5)
         assert group.trajectories[-1].advantage > 1.0  # the best of its group

@@ -4,7 +4,7 @@
     taskset -c 0 .venv/bin/python benchmarks/sampling_step.py --threads 1
 
 Both pick the next token from softmax(logits / T) with one uniform draw per row. The normalised
-sampler (what ``rlvr.rollout.hf_engine.sample_next`` did before, kept here to compare) builds the
+sampler (what ``rlvr.rollout.sampling.sample_next`` did before, kept here to compare) builds the
 probabilities (a division and a softmax), their cumulative sum, and gathers the chosen probability;
 the unnormalised one (``_sample_unnormalised``) exponentiates x − max in place, sums it in blocks of
 512 entries, picks a block by the cumulative sum of the block sums and an entry by the cumulative sum
@@ -38,7 +38,7 @@ def main() -> None:
 
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
-    from rlvr.rollout.hf_engine import _sample_unnormalised
+    from rlvr.rollout.sampling import _sample_unnormalised
 
     args, _ = bench_args(__doc__.splitlines()[0], shape="1x1x1", reps=200)
     tokenizer = load_tokenizer("smollm2-135m-instruct")

@@ -30,7 +30,8 @@ from rlvr.rollout.exploration import (
     parameter_noise,
     sampled_entropy,
 )
-from rlvr.rollout.hf_engine import _tail_tokens, sample_next
+from rlvr.rollout.hf_engine import _tail_tokens
+from rlvr.rollout.sampling import sample_next
 from rlvr.trajectory import GIVEN, SAMPLED, Segment, Trajectory, TrajectoryGroup
 
 LN2 = math.log(2.0)

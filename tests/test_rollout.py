@@ -7,7 +7,7 @@ import torch
 
 from rlvr.models import load_model, load_tokenizer
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.hf_engine import sample_next
+from rlvr.rollout.sampling import sample_next
 
 
 def test_sampling_follows_the_tempered_distribution() -> None:

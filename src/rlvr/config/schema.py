@@ -226,6 +226,11 @@ class RolloutConfig(Section):
         "call (Llama models: a fused decode step). auto: where it was measured to pay (Llama: at most "
         "64 sequences and max_new_tokens >= 16; other models: at most 16 and >= 64).",
     )
+    share_prefix: bool = Field(
+        True,
+        description="HF engine: run the tokens that every prompt of a generate call starts with (a system "
+        "prompt, few-shot examples; at least 16) once, and prefill each prompt's rest on top of their cache.",
+    )
     temperature_control: TemperatureControlConfig = Field(default_factory=TemperatureControlConfig)
     ifg: IntentConfig = Field(default_factory=IntentConfig)
     param_noise: ParamNoiseConfig = Field(default_factory=ParamNoiseConfig)

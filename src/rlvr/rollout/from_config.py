@@ -25,6 +25,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir: Pat
         max_batch_sequences=cfg.rollout.max_batch_sequences,
         seed=cfg.seed,
         packed_weights=cfg.rollout.packed_weights,
+        share_prefix=cfg.rollout.share_prefix,
     )
 
 

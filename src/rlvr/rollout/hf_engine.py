@@ -10,7 +10,6 @@ copies (``rlvr.models.packed``).
 
 from __future__ import annotations
 
-import math
 import threading
 from contextlib import nullcontext
 
@@ -19,90 +18,12 @@ from transformers import DynamicCache
 
 from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_pays, fused_decode_supported
 from rlvr.models.packed import packed_decode_available, packed_linears, packing_pays
+from rlvr.models.prefix import MIN_SHARED_PREFIX, common_prefix_length, takes_holes
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import KVState, extract_state, padded_cache, reserve_decode_room
+from rlvr.rollout.sampling import sample_next, token_self_certainty
 from rlvr.vision.positions import text_positions, uses_mrope, vision_positions
 from rlvr.vision.prompt import check_images_reach, copy_prompt, image_token_id, vision_kwargs, vision_of
-
-
-def token_self_certainty(logits: torch.Tensor) -> torch.Tensor:
-    """KL(uniform ‖ p) of each row's next-token distribution ``p = softmax(logits)`` [B, V] → [B]:
-    ``-log V - mean_j log p_j`` (Intuitor's self-certainty of one token; 0 for a uniform ``p``).
-    Computed at temperature 1, from the policy's own distribution, whatever the sampling temperature."""
-    logits = logits.float()
-    mean_logprob = logits.mean(dim=-1) - torch.logsumexp(logits, dim=-1)
-    return -math.log(logits.shape[-1]) - mean_logprob
-
-
-def sample_next(
-    logits: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-    temperature: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick next tokens from ``logits`` [B, V]; return (tokens [B], logprobs [B]).
-
-    ``temperature`` [B] (all > 0), when given, is each row's own temperature in place of
-    ``params.temperature`` (intent-factored generation): each logprob is then under its row's.
-
-    The logprob is taken from the temperature-scaled distribution before top-p truncation, which
-    is the distribution the trainer recomputes (it applies the same temperature). Sampling inverts
-    the CDF with one uniform draw per row: ``torch.multinomial`` draws an exponential variate per
-    vocabulary entry, which on CPU cost more than the model's own decode step for a 135M model.
-    """
-    if params.greedy:
-        logits = logits.float()
-        tokens = logits.argmax(dim=-1)
-        chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
-        return tokens, chosen - torch.logsumexp(logits, dim=-1)
-    scale = params.temperature if temperature is None else temperature.to(logits.device)[:, None]
-    if params.top_p >= 1.0:
-        return _sample_unnormalised(logits, scale, generator)
-    probs = torch.softmax(logits.float() / scale, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
-    cdf = kept.cumsum(dim=-1)
-    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device) * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
-    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
-
-
-SAMPLING_BLOCK = 512  # vocabulary entries per block of the two-level inverse CDF
-
-
-def _sample_unnormalised(
-    logits: torch.Tensor, scale: float | torch.Tensor, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse-CDF sampling from softmax(logits / scale), exact, without normalising it and without
-    a cumulative sum over the whole vocabulary.
-
-    The weights exp(x − max) are summed in blocks of ``SAMPLING_BLOCK`` entries; one uniform draw,
-    scaled by their total, picks a block by the cumulative sum of the block sums, then an entry by
-    the cumulative sum inside that block alone. The logprob is x[token] − max − log(total). A
-    full-vocabulary cumulative sum is a sequential pass that cost more than the rest of sampling
-    (``benchmarks/sampling_step.py`` compares this with the normalised sampler it replaced)."""
-    x = logits.float()
-    if not (isinstance(scale, float | int) and scale == 1.0):
-        x = x / scale
-    rows, vocab = x.shape
-    peak = x.amax(dim=-1, keepdim=True)
-    weights = torch.sub(x, peak).exp_()
-    blocks = -(-vocab // SAMPLING_BLOCK)
-    if blocks * SAMPLING_BLOCK != vocab:  # zero weight on the padding
-        weights = torch.nn.functional.pad(weights, (0, blocks * SAMPLING_BLOCK - vocab))
-    weights = weights.view(rows, blocks, SAMPLING_BLOCK)
-    block_sums = weights.sum(dim=-1)
-    total = block_sums.sum(dim=-1, keepdim=True)
-    block_cdf = block_sums.cumsum(dim=-1)
-    u = torch.rand((rows, 1), generator=generator, device=x.device) * block_cdf[:, -1:]
-    block = torch.searchsorted(block_cdf, u, right=True).clamp(max=blocks - 1)  # [B, 1]
-    below = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), torch.zeros_like(u))
-    inside = weights.gather(1, block[:, :, None].expand(rows, 1, SAMPLING_BLOCK)).squeeze(1).cumsum(dim=-1)
-    entry = torch.searchsorted(inside, u - below, right=True).clamp(max=SAMPLING_BLOCK - 1)
-    tokens = (block * SAMPLING_BLOCK + entry).squeeze(-1).clamp(max=vocab - 1)
-    chosen = x.gather(-1, tokens[:, None]) - peak - total.log()
-    return tokens, chosen.squeeze(-1)
 
 
 class HFEngine:
@@ -118,9 +39,11 @@ class HFEngine:
         packed_weights: str = "auto",
         *,
         fuse_layers: bool = True,
+        share_prefix: bool = True,
     ) -> None:
         """``fuse_layers=False`` keeps Llama models on the per-``nn.Linear`` packed path too (for
-        benchmarks and tests that compare the two)."""
+        benchmarks and tests that compare the two). ``share_prefix`` runs a prefix common to the
+        prompts of a call once (:mod:`rlvr.models.prefix`)."""
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = sorted(set(stop_token_ids or _default_stop_ids(model, tokenizer)))
@@ -132,6 +55,7 @@ class HFEngine:
             raise ValueError(f"packed_weights must be 'auto', 'on' or 'off', not {packed_weights!r}")
         self.packed_weights = packed_weights
         self.fuse_layers = fuse_layers
+        self.share_prefix = share_prefix
         self.policy_version = 0  # set by the weight sync; trajectories carry it
         # An owner that changes the model's weights only through itself (rlvr serve's sampler) names
         # them here; the packed decoder built for a batch size is then reused until the name changes
@@ -247,6 +171,10 @@ class HFEngine:
         prompts = [copy_prompt(p) if vision_of(p) is not None else p for p in prompts]
         if states is not None:
             states = [_usable_state(p, s, self._image_token, self._mrope) for p, s in zip(prompts, states)]
+        if states is None or all(s is None for s in states):
+            prefix = self._shared_prefix_state(prompts)
+            if prefix is not None:  # every prompt continues from the prefix they share
+                states = [prefix] * len(prompts)
         # a prompt's images go with its prefill: rows continued from a cache hold theirs in it already
         fresh = [p if states is None or states[row] is None else None for row, p in enumerate(prompts)]
         vision = vision_kwargs(fresh, device)
@@ -372,6 +300,27 @@ class HFEngine:
         if not keep_states:
             return groups, []
         return groups, [[captured[seq] for seq in range(p * n, (p + 1) * n)] for p in range(len(prompts))]
+
+    def _shared_prefix_state(self, prompts: list[list[int]]) -> KVState | None:
+        """The cache of the tokens all ``prompts`` start with (at least ``MIN_SHARED_PREFIX``, and
+        each prompt keeps one token after them), from one row; None when there is no such prefix,
+        the prompts have images, or the model's attention or positions do not allow continuing."""
+        if not self.share_prefix or len(prompts) < 2 or self._mrope or not takes_holes(self.model):
+            return None
+        if any(vision_of(p) is not None for p in prompts):
+            return None
+        shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        if shared < MIN_SHARED_PREFIX:
+            return None
+        out = self.model(
+            input_ids=torch.tensor([prompts[0][:shared]], device=self.device),
+            position_ids=torch.arange(shared, device=self.device)[None],
+            past_key_values=DynamicCache(),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        mask = torch.ones((1, shared), dtype=torch.long, device=self.device)
+        return extract_state(out.past_key_values, mask, 0, self.policy_version)
 
     def _continuation_inputs(
         self, prompts: list[list[int]], states: list[KVState | None]

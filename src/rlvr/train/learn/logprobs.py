@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from rlvr.models.prefix import MIN_SHARED_PREFIX, common_prefix_length
 from rlvr.train.learn.batch import TrainBatch
 from rlvr.train.learn.packing import (
     PackedRows,
@@ -116,20 +117,14 @@ def packing_applies(model: torch.nn.Module, batch: TrainBatch) -> bool:
     return text and not uses_mrope(model) and mask_kind(model) is not None
 
 
-# a prefix shorter than this is encoded with each prompt (a separate pass costs a forward's fixed work)
-MIN_SHARED_PREFIX = 16
-
-
 def shared_prefix_length(batch: TrainBatch) -> int:
     """Tokens at the start of every prompt of ``batch`` that are the same in all of them (a system
     prompt, few-shot examples), leaving out each prompt's last token (the completion pass runs it);
     0 with fewer than two prompts."""
     if batch.prompt_ids.shape[0] < 2:
         return 0
-    prompts = [ids[mask.bool()][:-1] for ids, mask in zip(batch.prompt_ids.cpu(), batch.prompt_mask.cpu())]
-    shortest = min(len(p) for p in prompts)
-    same = torch.stack([p[:shortest] for p in prompts]).eq(prompts[0][:shortest]).all(dim=0)
-    return shortest if bool(same.all()) else int((~same).nonzero()[0])
+    ids, mask = batch.prompt_ids.cpu(), batch.prompt_mask.cpu().bool()
+    return common_prefix_length([row[keep].tolist()[:-1] for row, keep in zip(ids, mask)])
 
 
 def _prompt_pass(

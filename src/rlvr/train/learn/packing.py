@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.models.prefix import common_prefix_length
+
 # attention implementations that take a custom 4-D mask (bool for SDPA, additive for eager)
 _MASKED_ATTENTION = {"rlvr_sdpa": "bool", "sdpa": "bool", "eager": "additive"}
 
@@ -148,7 +150,7 @@ def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
             candidate_shared, candidate_rest = len(prompt), 0
         else:
             head = prompts[int(index[first])]
-            candidate_shared = min(shared, _common(head, prompt))
+            candidate_shared = min(shared, common_prefix_length([head, prompt]))
             candidate_rest = max(rest + shared - candidate_shared, len(prompt) - candidate_shared)
         _, bins = pack_rows(index[begin:end], lengths[begin:end], batch.completion_width)
         candidate_rows = rows + len(bins)
@@ -161,11 +163,6 @@ def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
             shared, rest, rows = candidate_shared, candidate_rest, candidate_rows
     slices.append(slice(first, len(index)))
     return slices
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def segment_mask(layout: PackedRows, past_mask: torch.Tensor, kind: str, dtype: torch.dtype) -> torch.Tensor:

@@ -50,7 +50,9 @@ SAFE_KEYS = frozenset(
         "rewards.batch_deadline_s",
         "rollout.max_batch_sequences",
         "rollout.packed_weights",
+        "rollout.share_prefix",
         "algo.micro_batch_size",
+        "algo.packing",
         "env.threads",
     }
 )

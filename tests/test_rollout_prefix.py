@@ -87,3 +87,13 @@ def test_short_or_missing_prefixes_prefill_as_before(tiny, monkeypatch) -> None:
     assert shapes[0] == (2, MIN_SHARED_PREFIX - 1 + 5)  # the prompts prefilled whole, together
     engine.generate(_prompts(30, (3,)), params)  # one prompt: nothing to share
     assert (1, 30) not in shapes and (1, 33) in shapes
+
+
+def test_a_prompt_that_is_the_whole_prefix_keeps_its_last_token_to_prefill(tiny) -> None:
+    model, tokenizer = tiny
+    (longer,) = _prompts(20, (5,))
+    prompts = [longer[:20], longer]  # the first prompt is the prefix the second starts with
+    params = SamplingParams(n=2, temperature=0.0, max_new_tokens=4, ignore_eos=True)
+    plain = HFEngine(model, tokenizer, share_prefix=False).generate(prompts, params)
+    shared = HFEngine(model, tokenizer).generate(prompts, params)
+    assert [[c.token_ids for c in g] for g in plain] == [[c.token_ids for c in g] for g in shared]

@@ -112,7 +112,9 @@ class ThreeTurns(Environment):
 
 def test_episodes_with_kv_reuse_equal_episodes_without(monkeypatch):
     tok, model = load_tokenizer("tiny-random"), load_model("tiny-random")
-    engine = HFEngine(model, tok, seed=0)
+    # the prompts share their chat template's head: without share_prefix=False every first turn (and
+    # every turn without reuse) would continue from that prefix too (tests/test_rollout_prefix.py)
+    engine = HFEngine(model, tok, seed=0, share_prefix=False)
     continued = []
     original = HFEngine._continuation_inputs
 

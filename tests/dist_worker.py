@@ -87,24 +87,35 @@ def run_case(case: dict, ranks) -> dict:  # noqa: ANN001
     }
 
 
+import rlvr.train.learn.critic as critic_module  # noqa: E402
+import rlvr.train.learn.update as update_module  # noqa: E402
+
+
 def count_nograd_rows(learner: Learner) -> dict[str, int]:
-    """Counters, filled as the learner runs, of the completion rows its no-gradient forward passes
-    see: ``ref`` the reference model's, ``policy`` the policy's (old logprobs, a value head's
-    values). A pass of :func:`rlvr.train.learn.logprobs.completion_logprobs` is a prompt forward (with
-    ``logits_to_keep``, not counted) and a forward of the completions (counted)."""
+    """Counters, filled as the learner runs, of the completion rows its no-gradient passes of
+    :func:`rlvr.train.learn.logprobs.completion_logprobs` see: ``ref`` the reference model's,
+    ``policy`` the policy's (old logprobs, a value head's values). Rows are counted per call, not per
+    model forward: a packed forward runs fewer rows than the completions it scores."""
     rows = {"ref": 0, "policy": 0}
 
-    def counter(key: str):  # noqa: ANN202
-        def hook(module, args, kwargs):  # noqa: ANN001, ANN202
-            if not torch.is_grad_enabled() and "logits_to_keep" not in kwargs:
-                rows[key] += int(kwargs["input_ids"].shape[0])
+    def counting(original):  # noqa: ANN001, ANN202
+        def wrapped(model, batch, *args, **kwargs):  # noqa: ANN001, ANN202
+            if not torch.is_grad_enabled():
+                inner = getattr(model, "module", model)
+                key = "ref" if inner is learner.ref_model else "policy" if inner is learner.model else None
+                if key is not None:
+                    rows[key] += len(batch)
+            return original(model, batch, *args, **kwargs)
 
-        return hook
+        return wrapped
 
-    if learner.ref_model is not None:
-        learner.ref_model.register_forward_pre_hook(counter("ref"), with_kwargs=True)
-    learner.model.register_forward_pre_hook(counter("policy"), with_kwargs=True)
+    for module, original in _SCORERS.items():  # replaces the previous case's counter
+        module.completion_logprobs = counting(original)
     return rows
+
+
+# the modules whose no-gradient passes call completion_logprobs, and the function itself
+_SCORERS = {module: module.completion_logprobs for module in (update_module, critic_module)}
 
 
 def run_cases(cases: list[dict], ranks=None) -> list[dict]:  # noqa: ANN001

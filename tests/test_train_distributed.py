@@ -125,8 +125,8 @@ def torchrun(args: list[str], tmp_path: Path, nproc: int = 2, timeout: float = 2
 @pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_two_ranks_update_equals_one_process(tmp_path, mode):
     """Parameters after the update(s) within 1e-6 (an update moves them by up to ~1e-3), gradients
-    of the last step within 2e-6 of their largest entry, metrics within 1e-6 relative (the gradient
-    norm of FSDP2's shards within 1e-5: it sums the squares shard by shard)."""
+    of the last step within 2e-6 of their largest entry, metrics within 1e-5 relative (packing's
+    rounding depends on the micro-batch; FSDP2's gradient norm sums the squares shard by shard)."""
     unsharded = ("critic", "lora")  # not taken by fsdp2 yet
     cases = [{**c, "mode": mode} for c in CASES if mode == "ddp" or not any(k in str(c) for k in unsharded)]
     spec, out = tmp_path / "cases.json", tmp_path / "ranks.pt"
@@ -152,7 +152,11 @@ def test_two_ranks_update_equals_one_process(tmp_path, mode):
             for key, value in mw.items():
                 if key.endswith("_max"):  # a per-micro-batch maximum: the ranks' micro-batches differ
                     continue
-                rel = 1e-5 if key == "update/grad_norm" and mode == "fsdp2" else 1e-6
+                # 1e-5: with packing (algo.packing, on) a row's prompt pass depends on which prompts
+                # share its micro-batch (a prefix shared by all of them runs once), so one process
+                # and two ranks round differently (1.2e-6 relative on a GAE loss); FSDP2's gradient
+                # norm sums the squares shard by shard. A wrong loss or reduction is off by far more.
+                rel = 1e-5
                 # the KL (about 1e-4) is a small difference of logprobs: the reference pass split over
                 # the ranks computes those in other matmul shapes, which moved it by 2e-9 on an AMD
                 # EPYC (1.9e-5 relative); a wrong reference moves it by its own size
@@ -427,8 +431,8 @@ def test_fsdp2_samples_from_a_bf16_copy_and_checkpoints_the_fp32_master_weights(
 @pytest.mark.slow
 def test_fsdp2_with_a_bf16_copy_equals_ddp(tmp_path):
     """The same 2-step bf16-mixed run under DDP and FSDP2 on 2 ranks: the same completions at both
-    steps (step 2 from each one's pushed bf16 copy), metrics within 1e-6 relative (mismatch/* and
-    update/sampler_logprob_diff included; the gradient norm of FSDP2's shards within 1e-5), and
+    steps (step 2 from each one's pushed bf16 copy), metrics within 1e-5 relative (mismatch/* and
+    update/sampler_logprob_diff included), and
     final checkpoints within 1e-6 (measured: 7e-9; two updates moved the weights by 6e-4)."""
     from rlvr.log import read_jsonl
     from rlvr.models import load_model
@@ -449,7 +453,7 @@ def test_fsdp2_with_a_bf16_copy_equals_ddp(tmp_path):
         for key, value in want.items():
             if not isinstance(value, float) or key.startswith(("time/", "throughput/")):
                 continue
-            rel = 1e-5 if key == "update/grad_norm" else 1e-6
+            rel = 1e-5  # packing rounds by micro-batch; FSDP2's gradient norm sums shard by shard
             assert got[key] == pytest.approx(value, rel=rel, abs=1e-9), (want["step"], key)
     final = "checkpoints/step-000002/model"
     a, b = load_model(str(ddp / final)), load_model(str(fsdp2 / final))

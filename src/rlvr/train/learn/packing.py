@@ -17,7 +17,11 @@ scattered back to the batch's [B, T] layout. The numbers equal the unpacked forw
 rounding (``tests/test_train_packing.py``); ``benchmarks/packed_training.py`` measures the time.
 
 When packing would leave every completion in its own row (equal lengths, as in the fixed-length
-benchmark) the unpacked forward runs unchanged.
+benchmark) the unpacked forward runs unchanged. :func:`micro_batches` sizes the passes by tokens.
+
+SFT packs differently (``rlvr/data/packing.py``): its examples are independent sequences, so position
+restarts give transformers' block-diagonal mask. Here every segment also reads its prompt's shared
+cache, which needs the explicit mask.
 """
 
 from __future__ import annotations

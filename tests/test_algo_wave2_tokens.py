@@ -255,10 +255,10 @@ class _Recorder(torch.optim.SGD):
         return super().step(closure)
 
 
-def _batch():
+def _batch(lengths_per_group=((5, 3), (4, 6))):
     gen = torch.Generator().manual_seed(5)
     groups = []
-    for g, lengths in enumerate([[5, 3], [4, 6]]):
+    for g, lengths in enumerate(lengths_per_group):
         prompt = torch.randint(10, 4000, (3 + 2 * g,), generator=gen).tolist()
         groups.append(
             [
@@ -282,9 +282,11 @@ def _direct_logsumexp(model: torch.nn.Module, batch, temperature: float) -> torc
     return torch.logsumexp(logits[:, -width - 1 : -1].float() / temperature, dim=-1)
 
 
-def test_logsumexp_context_matches_a_full_softmax_and_carries_its_gradient() -> None:
+# the second batch's completions would share packed rows (2 + 3 ≤ 6): the loss must still get [B, T]
+@pytest.mark.parametrize("lengths", [((5, 3), (4, 6)), ((2, 3), (4, 6))])
+def test_logsumexp_context_matches_a_full_softmax_and_carries_its_gradient(lengths) -> None:
     torch.manual_seed(0)
-    model, batch, temperature = load_model("tiny-random"), _batch(), 0.7
+    model, batch, temperature = load_model("tiny-random"), _batch(lengths), 0.7
     cfg = AlgoConfig(loss="_probe_lse", micro_batch_size=4, loss_agg="token-mean")
     _SEEN["lse"].clear()
     _SEEN["ids"].clear()

@@ -300,7 +300,9 @@ def policy_update(
                     (fresh if mini.given_mask is None else fresh * (1.0 - mini.given_mask)).sum().clamp(min=1)
                 )
             slices, padding = _micro_slices(len(mini), cfg.micro_batch_size), []
-            if packing_applies(model, mini) and completion_lengths(mini.completion_attention) is not None:
+            # packed rows, except for a loss that reads the logits' [B, T] layout (logsumexp)
+            pack = not with_lse and packing_applies(model, mini)
+            if pack and completion_lengths(mini.completion_attention) is not None:
                 slices = micro_batches(mini, cfg.micro_batch_size)  # as many tokens as that many rows
             if shard is not None:  # this rank's groups, with the whole minibatch's weights
                 mini, weights, slices, padding, rows = shard.local(mini, weights, cfg.micro_batch_size, rows)
@@ -315,7 +317,12 @@ def policy_update(
                 logits: list[torch.Tensor] = []
                 with autocast(), captured_logits(model, logits) if with_lse else nullcontext():
                     logprobs, entropy, *hidden = completion_logprobs(
-                        model, micro, temperature, with_entropy=entropy_mode, with_hidden=with_hidden
+                        model,
+                        micro,
+                        temperature,
+                        with_entropy=entropy_mode,
+                        with_hidden=with_hidden,
+                        packing=pack,
                     )
                 if old_all is None:  # on-policy: one minibatch, one step, so this is before the update
                     before[rows[micro_rows], :width] = logprobs.detach()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlvr.models import load_model
+from rlvr.models.prefix import MIN_SHARED_PREFIX
 from rlvr.rollout import Completion
 from rlvr.train.learn import logprobs as logprobs_module
 from rlvr.train.learn.batch import build_batch
@@ -135,20 +136,25 @@ def test_policy_update_trains_packed_as_unpacked(tiny, monkeypatch) -> None:
 def test_packed_micro_batches_hold_whole_groups_within_the_token_budget() -> None:
     lengths = [[14, 3, 9, 1, 5, 12, 2, 8]] * 4
     batch = _batch(lengths, [26, 25, 26, 24], shared=94)  # the demo's shape: a 94-token few-shot prefix
-    width = batch.prompt_ids.shape[1] + batch.completion_width
     assert micro_batches(batch, 16) == [slice(0, 32)]  # 16 unpacked rows' tokens hold all four groups
     assert micro_batches(batch, 1) == [slice(0, 8), slice(8, 16), slice(16, 24), slice(24, 32)]
-    for size in (2, 3, 5):
-        slices = micro_batches(batch, size)
-        assert all(s.start % 8 == 0 for s in slices) and slices[-1].stop == 32
-        for s in slices:  # the tokens each pass runs stay within the budget (or it is one group)
-            sub = batch.select(s)
-            _, bins = pack_rows(
-                sub.group_index, completion_lengths(sub.completion_attention), sub.completion_width
-            )
-            rest = max(int(m.sum()) for m in sub.prompt_mask) - shared_prefix_length(sub)
-            tokens = shared_prefix_length(sub) + len(sub.prompt_ids) * rest + len(bins) * sub.completion_width
-            assert tokens <= size * width or s.stop - s.start == 8
+    # a shared prefix too short to run once is counted in every prompt
+    short = _batch(lengths, [26, 25, 26, 24], shared=MIN_SHARED_PREFIX - 1)
+    for b, sizes in ((batch, (2, 3, 5)), (short, (2, 3, 4, 5))):
+        width = b.prompt_ids.shape[1] + b.completion_width
+        for size in sizes:
+            slices = micro_batches(b, size)
+            assert all(s.start % 8 == 0 for s in slices) and slices[-1].stop == 32
+            for s in slices:  # the tokens each pass runs stay within the budget (or it is one group)
+                sub = b.select(s)
+                _, bins = pack_rows(
+                    sub.group_index, completion_lengths(sub.completion_attention), sub.completion_width
+                )
+                shared = shared_prefix_length(sub)
+                once = shared if shared >= MIN_SHARED_PREFIX else 0
+                longest = max(int(m.sum()) for m in sub.prompt_mask)
+                tokens = once + len(sub.prompt_ids) * (longest - once) + len(bins) * sub.completion_width
+                assert tokens <= size * width or s.stop - s.start == 8, (size, s)
 
 
 def test_an_update_in_packed_micro_batches_equals_one_in_row_micro_batches(tiny) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.models.prefix import common_prefix_length
+from rlvr.models.prefix import MIN_SHARED_PREFIX, common_prefix_length
 
 # attention implementations that take a custom 4-D mask (bool for SDPA, additive for eager)
 _MASKED_ATTENTION = {"rlvr_sdpa": "bool", "sdpa": "bool", "eager": "additive"}
@@ -38,13 +38,11 @@ _MASKED_ATTENTION = {"rlvr_sdpa": "bool", "sdpa": "bool", "eager": "additive"}
 
 @dataclass
 class PackedRows:
-    """Where each completion token sits once the completions are packed into ``rows`` rows.
+    """Where each completion token sits once the completions are packed into R rows of width W.
 
     ``row_of`` / ``col_of`` [N]: the packed row and column of each (batch row ``src_row``, column
     ``src_col``) completion position, N = the completion tokens of the batch."""
 
-    rows: int
-    width: int
     group: torch.Tensor  # [R] the prompt of each packed row
     input_ids: torch.Tensor  # [R, W]
     targets: torch.Tensor  # [R, W] the token each position predicts (0 on padding)
@@ -119,8 +117,6 @@ def packed_layout(batch, lengths: torch.Tensor, groups: list[int], bins: list[li
             at += n
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
     return PackedRows(
-        rows=rows,
-        width=width,
         group=as_long(groups),
         input_ids=input_ids,
         targets=targets,
@@ -137,9 +133,9 @@ def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
     """Row slices of ``batch`` (a TrainBatch whose groups' rows are contiguous) for packed
     forward/backward passes: whole groups, as many as fit in the tokens that ``size`` unpacked rows
     take (``size`` × (prompt width + completion width)), so a pass holds no more activations than an
-    unpacked micro-batch of ``size`` rows. A pass's tokens are the prompts' shared prefix once, each
-    prompt's rest padded to the longest, and the packed rows; a group larger than the budget is a
-    pass of its own."""
+    unpacked micro-batch of ``size`` rows. A pass's tokens are the prompts' shared prefix once (when
+    it is long enough to be shared), each prompt's rest padded to the longest, and the packed rows;
+    a group larger than the budget is a pass of its own."""
     budget = size * (batch.prompt_ids.shape[1] + batch.completion_width)
     lengths = batch.completion_attention.sum(dim=1).cpu()
     index = batch.group_index.cpu()
@@ -147,7 +143,7 @@ def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
         ids[mask.bool()].tolist() for ids, mask in zip(batch.prompt_ids.cpu(), batch.prompt_mask.cpu())
     ]
     starts = [0] + [r for r in range(1, len(index)) if index[r] != index[r - 1]] + [len(index)]
-    slices, first, shared, rest, rows = [], 0, 0, 0, 0
+    slices, first, shared, rest, rows, groups = [], 0, 0, 0, 0, 0
     for begin, end in zip(starts[:-1], starts[1:]):
         prompt = prompts[int(index[begin])]
         if begin == first:  # a new pass starts with this group
@@ -157,14 +153,15 @@ def micro_batches(batch, size: int) -> list[slice]:  # noqa: ANN001
             candidate_shared = min(shared, common_prefix_length([head, prompt]))
             candidate_rest = max(rest + shared - candidate_shared, len(prompt) - candidate_shared)
         _, bins = pack_rows(index[begin:end], lengths[begin:end], batch.completion_width)
-        candidate_rows = rows + len(bins)
-        groups = len(set(index[first:end].tolist()))
-        tokens = candidate_shared + groups * candidate_rest + candidate_rows * batch.completion_width
+        candidate_rows, candidate_groups = rows + len(bins), groups + 1
+        once = candidate_shared if candidate_shared >= MIN_SHARED_PREFIX else 0  # a shorter one repeats
+        prompt_tokens = once + candidate_groups * (candidate_shared - once + candidate_rest)
+        tokens = prompt_tokens + candidate_rows * batch.completion_width
         if begin > first and tokens > budget:
             slices.append(slice(first, begin))
-            first, shared, rest, rows = begin, len(prompt), 0, len(bins)
+            first, shared, rest, rows, groups = begin, len(prompt), 0, len(bins), 1
         else:
-            shared, rest, rows = candidate_shared, candidate_rest, candidate_rows
+            shared, rest, rows, groups = candidate_shared, candidate_rest, candidate_rows, candidate_groups
     slices.append(slice(first, len(index)))
     return slices
 
@@ -174,10 +171,11 @@ def segment_mask(layout: PackedRows, past_mask: torch.Tensor, kind: str, dtype: 
     positions (``past_mask`` [R, past]) and their own segment up to themselves; a padding position
     sees only itself (so no softmax row is empty)."""
     seg = layout.segment
-    col = torch.arange(layout.width)
+    width = seg.shape[1]
+    col = torch.arange(width)
     causal = col[None, :, None] >= col[None, None, :]  # [1, W(q), W(k)]
     same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
-    own = causal & same | torch.eye(layout.width, dtype=torch.bool)[None]
+    own = causal & same | torch.eye(width, dtype=torch.bool)[None]
     sees_past = (seg >= 0)[:, :, None] & past_mask.bool()[:, None, :]
     allowed = torch.cat([sees_past, own], dim=2)[:, None]
     if kind == "bool":

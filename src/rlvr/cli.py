@@ -155,6 +155,11 @@ def _train(
             by_group = _group_line(metrics)
             if by_group:
                 console.print(f"  by group: {by_group}")
+            if "eval_master/accuracy" in metrics:  # eval.weights both: the line above is the sampler's
+                console.print(
+                    f"  the sampler's weights above; the master weights (what the checkpoint saves): "
+                    f"accuracy {metrics['eval_master/accuracy']:.1%}"
+                )
     console.print(f"run directory: {cfg.output_dir}/{cfg.name}")
     if results.get("model") and cfg.stage == "rm":
         console.print(

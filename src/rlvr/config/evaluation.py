@@ -14,6 +14,13 @@ class EvalConfig(Section):
     every: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after training).")
     before: bool = Field(True, description="Evaluate the starting model before training.")
     max_new_tokens: int | None = Field(None, description="Defaults to rollout.max_new_tokens.")
+    weights: Literal["auto", "sampler", "master", "both"] = Field(
+        "auto",
+        description="Which weights a training run evaluates: sampler (what the engine samples from: "
+        "the bf16 copy under bf16-mixed), master (the learner's own weights, as `rlvr eval` of the "
+        "checkpoint sees them; keys eval/*), both (sampler as eval/*, master as eval_master/*), auto "
+        "(both where the engine samples from a copy in another dtype, else sampler).",
+    )
     samples: int = Field(
         0, ge=0, description="Sampled completions per prompt for pass@k/mean@k (0 = greedy only)."
     )

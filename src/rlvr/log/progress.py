@@ -164,4 +164,8 @@ def eval_line(label: str, step: int, metrics: Mapping[str, float]) -> str:
         text += f" (n={int(metrics['eval/size'])})"
     if metrics.get("eval/reward_errors"):
         text += f", {int(metrics['eval/reward_errors'])} not scored (reward errors, counted as wrong)"
+    if "eval_master/accuracy" in metrics:  # eval.weights both: the numbers above are the sampler's
+        text += f" with the sampler's weights; {metrics['eval_master/accuracy']:.1%} with the master weights"
+        if metrics.get("eval_master/reward_errors"):
+            text += f" ({int(metrics['eval_master/reward_errors'])} not scored)"
     return text

@@ -22,9 +22,11 @@ from typing import Any
 import torch
 
 from rlvr.config import RunConfig
+from rlvr.errors import RlvrError
 from rlvr.models.precision import precision_of
 from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.from_config import build_engine
+from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train.loop.async_collect import CopySync
 from rlvr.train.loop.weight_sync import InProcessSync
@@ -47,3 +49,32 @@ def engine_and_sync(
     sampler = copy.deepcopy(policy).requires_grad_(False)
     engine = build_engine(cfg, sampler.to(rollout_dtype) if rollout_dtype else sampler, tokenizer)
     return engine, FullCopySync(engine) if fsdp else CopySync(engine)
+
+
+def eval_weights(cfg: RunConfig, fsdp: bool) -> str:
+    """``eval.weights`` resolved for this run: ``sampler``, ``master`` or ``both``. ``auto`` is both
+    where the HF engine samples from a copy in another dtype (a bf16 copy of fp32 master weights), whose
+    greedy answers can differ from the weights the checkpoint saves; else the sampler's alone."""
+    chosen = cfg.eval.weights
+    copy = cfg.rollout.engine == "hf" and precision_of(cfg).rollout_dtype is not None
+    if chosen == "auto":
+        return "both" if copy and not fsdp else "sampler"
+    if chosen != "sampler" and fsdp:
+        raise RlvrError(
+            f"eval.weights={chosen}: under FSDP2 the master weights are sharded over the ranks and no "
+            "rank holds them whole; use eval.weights=sampler and evaluate the checkpoint with `rlvr eval`"
+        )
+    return chosen
+
+
+def master_engine(cfg: RunConfig, policy: torch.nn.Module, tokenizer: Any) -> HFEngine:
+    """An HF engine over the learner's own module (the master weights, in their own dtype), for
+    evaluating them beside what the run samples from (``eval.weights``)."""
+    return HFEngine(
+        policy,
+        tokenizer,
+        max_batch_sequences=cfg.rollout.max_batch_sequences,
+        seed=cfg.seed,
+        packed_weights=cfg.rollout.packed_weights,
+        share_prefix=cfg.rollout.share_prefix,
+    )

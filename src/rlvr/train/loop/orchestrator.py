@@ -33,13 +33,14 @@ from rlvr.models import load_model, load_tokenizer
 from rlvr.models.lora import ADAPTER_DIR, apply_lora, trainable_parameters
 from rlvr.rewards.scoring import check_reward_examples
 from rlvr.roles.policies import RolePolicies, check_own_policies
+from rlvr.rollout import RolloutEngine
 from rlvr.train.learn.controllers import Coefficients
 from rlvr.train.learn.estimate import check_algorithm
 from rlvr.train.learn.learner import Learner
 from rlvr.train.loop import checkpoint as ckpt
 from rlvr.train.loop.async_collect import AsyncCollector, Batch
 from rlvr.train.loop.budget import over_budget, stop_message
-from rlvr.train.loop.engine_sync import engine_and_sync
+from rlvr.train.loop.engine_sync import engine_and_sync, eval_weights, master_engine
 from rlvr.train.loop.header import run_header
 from rlvr.train.loop.health import ErrorEcho, HackWatch, reward_calls
 from rlvr.train.loop.run_dir import prepare_run_dir
@@ -106,6 +107,8 @@ class Orchestrator:
         self.pipeline: AsyncCollector | None = None
         self.fsdp = self.ranks.active and cfg.train.distributed == "fsdp2"
         engine, self.sync = engine_and_sync(cfg, policy, self.tokenizer, self.run_dir, self.fsdp)
+        self.eval_weights = eval_weights(cfg, self.fsdp)  # sampler | master | both
+        self._master_engine: RolloutEngine | None = None  # built at the first evaluation that needs it
         # FSDP2: checkpoints gather the master weights from the shards into a plain module, never
         # from what the engine samples (a bf16 copy, or a vLLM server)
         self.frame = unsharded_frame(policy) if self.fsdp else None
@@ -315,7 +318,7 @@ class Orchestrator:
         metrics, records = {}, []
         live = is_live(self.console)
         if self.ranks.is_main:
-            metrics, records = self.collector.evaluate(label, self.console, self.quiet or not live)
+            metrics, records = self._evaluate(label, self.quiet or not live)
             if self.learner.objective is not None:  # the stage's own held-out metrics (e.g. SFT loss)
                 metrics.update(self.learner.objective.evaluate(self.learner))
         metrics = self.ranks.from_main(metrics)
@@ -328,6 +331,28 @@ class Orchestrator:
         if not self.quiet and (label == "periodic" or not live):  # a batch job's log shows every eval
             self.console.print(eval_line(label, self.step, metrics), highlight=False)
         return metrics
+
+    def _evaluate(self, label: str, quiet: bool) -> tuple[dict[str, float], list[dict]]:
+        """The held-out evaluation of the weights ``eval.weights`` names: the sampler's as ``eval/*``,
+        the master weights' as ``eval/*`` alone or ``eval_master/*`` beside them."""
+        self.collector.eval_s = 0.0  # the budget's estimate of the final eval: every part of this one
+        metrics: dict[str, float] = {}
+        records: list[dict] = []
+        if self.eval_weights != "master":
+            metrics, records = self.collector.evaluate(label, self.console, quiet)
+        if self.eval_weights == "sampler":
+            return metrics, records
+        if self._master_engine is None:
+            self._master_engine = master_engine(self.cfg, self.learner.weights(), self.tokenizer)
+        # sampled evaluations draw from a seed of this step's, so that a resumed run draws the same
+        self._master_engine.generator.manual_seed(self.cfg.seed * 1_000_003 + self.step)
+        master, master_records = self.collector.evaluate(
+            f"{label}, master weights", self.console, quiet, engine=self._master_engine
+        )
+        if self.eval_weights == "master":
+            return master, master_records
+        metrics.update({f"eval_master/{k.removeprefix('eval/')}": v for k, v in master.items()})
+        return metrics, records
 
     def fit(self) -> dict[str, dict[str, float]]:
         """Train to ``train.steps`` (or a time limit), evaluating before and after. SIGTERM stops the

@@ -108,8 +108,14 @@ def _build_tiny_random(out: Path) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    source = smollm2_dir()
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    # SmolLM2's tokenizer, read from the GGUF file itself when the converted model is not cached yet:
+    # converting the weights takes ~20 s that the tiny model does not need (the tests' first step)
+    source = cache_dir() / "models" / SMOLLM2
+    if (source / "config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    else:
+        gguf = _gguf_path()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,

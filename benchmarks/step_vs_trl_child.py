@@ -101,6 +101,7 @@ def rlvr_overrides(spec: dict, output_dir: str) -> list[str]:
         f"train.steps={spec['warmup'] + spec['steps']}",
         "train.time_limit_s=null",
         "eval.every=0",
+        *spec.get("rlvr_set", []),  # extra overrides, for side-by-side runs of rlvr settings
     ]
 
 

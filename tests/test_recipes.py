@@ -30,7 +30,12 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"
 UNWIRED: dict[str, str] = {}
 NEEDS_BWRAP = {"python_tool", "coder_tester"}  # they refuse to run model-written code without bubblewrap
 
-TINY = [*(o for o in TINY_RUN if not o.startswith("rewards.functions=")), "train.steps=2"]
+# no evaluation before training: the one after it exercises the same wiring (the suite's time)
+TINY = [
+    *(o for o in TINY_RUN if not o.startswith("rewards.functions=")),
+    "train.steps=2",
+    "eval.before=false",
+]
 LENGTH = RewardItem(name="reward_fixtures:scaled_len", label="length", params={"scale": 0.01})
 
 

@@ -19,6 +19,11 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer, log_dir: Pat
     :class:`~rlvr.rollout.vllm_engine.VLLMWeightSync`. ``log_dir`` holds the vLLM server's log."""
     if cfg.rollout.engine == "vllm":
         return build_vllm_engine(cfg, model, tokenizer, log_dir)
+    return build_hf_engine(cfg, model, tokenizer)
+
+
+def build_hf_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer) -> HFEngine:  # noqa: ANN001
+    """An HF engine over ``model`` with the run's rollout settings, whatever ``rollout.engine`` is."""
     return HFEngine(
         model,
         tokenizer,

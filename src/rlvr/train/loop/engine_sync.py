@@ -25,7 +25,7 @@ from rlvr.config import RunConfig
 from rlvr.errors import RlvrError
 from rlvr.models.precision import precision_of
 from rlvr.rollout.base import RolloutEngine
-from rlvr.rollout.from_config import build_engine
+from rlvr.rollout.from_config import build_engine, build_hf_engine
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.vllm_engine import VLLMWeightSync
 from rlvr.train.loop.async_collect import CopySync
@@ -70,11 +70,4 @@ def eval_weights(cfg: RunConfig, fsdp: bool) -> str:
 def master_engine(cfg: RunConfig, policy: torch.nn.Module, tokenizer: Any) -> HFEngine:
     """An HF engine over the learner's own module (the master weights, in their own dtype), for
     evaluating them beside what the run samples from (``eval.weights``)."""
-    return HFEngine(
-        policy,
-        tokenizer,
-        max_batch_sequences=cfg.rollout.max_batch_sequences,
-        seed=cfg.seed,
-        packed_weights=cfg.rollout.packed_weights,
-        share_prefix=cfg.rollout.share_prefix,
-    )
+    return build_hf_engine(cfg, policy, tokenizer)

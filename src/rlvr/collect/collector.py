@@ -151,7 +151,9 @@ class Collector:
             check_template(tokenizer)
             for name in {self.env_of(e) for e in (*self.train_examples, *self.eval_examples)} - {None}:
                 env_factory(name)  # an unknown name fails now, naming the registered ones
-        self.eval_s = 0.0  # wall time of the last evaluation (the orchestrator's time budget)
+        # wall time of evaluations since the orchestrator last reset it: an evaluation of the sampler's
+        # weights and one of the master weights add up (the time budget's estimate of the final eval)
+        self.eval_s = 0.0
         # How sampling work is split: here, all of it; under torchrun each rank samples its slice of
         # the prompts and every rank gets all groups back (rlvr.train.scale.distributed.Ranks.spread).
         self.spread: Callable[[list, Callable[[list], list]], list] = run_here
@@ -501,7 +503,7 @@ class Collector:
                     on_progress=lambda n: progress.advance(task, n),
                     group_by=e.group_by,
                 )
-                self._took(time.perf_counter() - began, own)
+                self.eval_s += time.perf_counter() - began
                 if own:
                     self._eval_turns = metrics.get("eval/turns", 0.0)
                 return metrics, records
@@ -523,12 +525,8 @@ class Collector:
             )
         if own and self.roles is not None and self.cfg.roles.eval_size:
             metrics.update(self._evaluate_roles())
-        self._took(time.perf_counter() - began, own)
+        self.eval_s += time.perf_counter() - began
         return metrics, records
-
-    def _took(self, seconds: float, own: bool) -> None:
-        # another engine's evaluation (the master weights) runs right after the run's own: both count
-        self.eval_s = seconds if own else self.eval_s + seconds
 
     def _evaluate_roles(self) -> dict[str, float]:
         """Every role's rewards on the first ``roles.eval_size`` held-out examples, the game played

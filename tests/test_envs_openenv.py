@@ -4,66 +4,28 @@ a scripted player through rlvr's multi-turn episode loop, in process and behind 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
-import re
 import socket
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from test_envs_games_wiring import PolicyEngine, play_episodes
 
-core = pytest.importorskip("openenv.core")
+from rlvr.envs import make_env
+from rlvr.envs.game_split import seeded_examples
+from rlvr.envs.openenv_env import OpenEnvEnvironment, render_observation
+from rlvr.errors import RlvrError
+from rlvr.models import load_tokenizer
 
-from openenv.core.env_server import Environment, create_app  # noqa: E402
-from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
-
-from rlvr.envs import make_env  # noqa: E402
-from rlvr.envs.game_split import seeded_examples  # noqa: E402
-from rlvr.envs.openenv_env import OpenEnvEnvironment, render_observation  # noqa: E402
-from rlvr.errors import RlvrError  # noqa: E402
-from rlvr.models import load_tokenizer  # noqa: E402
-
-FIRST_NUMBER = re.compile(r"\d+")
-
-
-class Say(Action):
-    message: str
-
-
-class Board(Observation):
-    text: str = ""
-    hint: str = ""
-
-
-class FindIt(Environment):
-    """Find a secret from 1 to 3, told higher/lower; 0.25 for each wrong guess, 1 for the secret."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self, bad_final: Any = 1.0, huge: bool = False) -> None:
-        super().__init__()
-        self.bad_final, self.huge, self._state, self.secret = bad_final, huge, State(), 0
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Board:
-        self.secret = random.Random(seed).randint(1, 3)
-        self._state = State(episode_id=episode_id, step_count=0)
-        return Board(text="Find my number from 1 to 3." + ("x" * 50_000 if self.huge else ""), hint="start")
-
-    def step(self, action: Say, timeout_s: float | None = None, **kwargs: Any) -> Board:
-        found = FIRST_NUMBER.search(action.message)
-        guess = int(found.group()) if found else 0
-        if guess == self.secret:
-            reward = None if self.bad_final == "none" else self.bad_final
-            return Board(text="Yes.", reward=reward, done=True)
-        return Board(text="higher" if guess < self.secret else "lower", hint="again", reward=0.25)
-
-    @property
-    def state(self) -> State:
-        return self._state
+# openenv.core imports its web interface (gradio): seconds that every pytest worker would pay while
+# collecting. The tests import it when they run (the environment lives in openenv_find.py).
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("openenv") is None, reason="openenv-core not installed"
+)
 
 
 def counting_player(messages: list[dict[str, str]]) -> str:
@@ -80,6 +42,8 @@ def tok():
 def server():
     """FindIt behind OpenEnv's own server (uvicorn), on a socket bound to a free port."""
     import uvicorn
+    from openenv.core.env_server import create_app
+    from openenv_find import Board, FindIt, Say
 
     app = create_app(lambda: FindIt(), Say, Board, max_concurrent_envs=8)
     sock = socket.socket()
@@ -97,7 +61,7 @@ def server():
     thread.join(10)
 
 
-IN_PROCESS = {"environment": "test_envs_openenv:FindIt", "observation_field": "text"}
+IN_PROCESS = {"environment": "openenv_find:FindIt", "observation_field": "text"}
 
 
 def _play(tok, params: dict, count: int = 3, policy=counting_player):
@@ -160,13 +124,15 @@ def test_the_environment_is_chosen_by_the_config_never_by_a_data_row() -> None:
     with pytest.raises(RlvrError, match="exactly one of base_url"):
         OpenEnvEnvironment()
     with pytest.raises(RlvrError, match="exactly one of base_url"):
-        OpenEnvEnvironment(base_url="http://127.0.0.1:1", environment="test_envs_openenv:FindIt")
+        OpenEnvEnvironment(base_url="http://127.0.0.1:1", environment="openenv_find:FindIt")
     with pytest.raises(RlvrError, match="not an OpenEnv Environment"):
-        OpenEnvEnvironment(environment="test_envs_openenv:Say")
+        OpenEnvEnvironment(environment="openenv_find:Say")
     with pytest.raises(RlvrError, match="cannot import"):
-        OpenEnvEnvironment(environment="test_envs_openenv:Nope")
+        OpenEnvEnvironment(environment="openenv_find:Nope")
     # the action class is read from step()'s type hint
-    assert OpenEnvEnvironment(environment="test_envs_openenv:FindIt").action_type is Say
+    from openenv_find import Say
+
+    assert OpenEnvEnvironment(environment="openenv_find:FindIt").action_type is Say
     with pytest.raises(ValueError, match="task_config takes nothing"):
         seeded_examples("openenv", 2, 0, "train", base_url="http://evil")
 

@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from rlvr.errors import RlvrError
 from rlvr.models.lora import has_adapters, merged_weights
@@ -292,7 +291,9 @@ class VLLMWeightSync:
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
     """The whole of an FSDP2 shard (``DTensor.full_tensor``: an all-gather, so every rank must call
     it for the same parameter at the same point), else the tensor itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    from rlvr.train.scale.fsdp import full
+
+    return full(tensor)
 
 
 def _finish_reason(out: dict[str, Any]) -> str:

@@ -24,11 +24,11 @@ gathers the master weights from the shards, one parameter at a time to rank 0's 
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 
 def shard_policy(policy: torch.nn.Module) -> torch.nn.Module:
@@ -65,8 +65,12 @@ def reshard_all(model: torch.nn.Module) -> None:
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a DTensor shard (a collective: every rank calls it), else itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    """The whole tensor of a DTensor shard (a collective: every rank calls it), else itself.
+
+    ``torch.distributed.tensor`` is not imported here: it costs 0.7 s at every start of rlvr, and no
+    tensor is a DTensor until something (``fully_shard``) has imported it."""
+    dtensors = sys.modules.get("torch.distributed.tensor")
+    return tensor.full_tensor() if dtensors is not None and isinstance(tensor, dtensors.DTensor) else tensor
 
 
 def unsharded_frame(policy: torch.nn.Module) -> torch.nn.Module:

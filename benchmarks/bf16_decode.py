@@ -5,16 +5,21 @@
 Paths (all through :class:`rlvr.rollout.HFEngine`, same prompts, fixed length via ``ignore_eos``):
 
 - ``fp32 fused``: fp32 weights, rlvr's fused, MKL-packed Llama decode step (the fp32 default);
-- ``fp32 plain``: fp32 weights through transformers' forward;
-- ``bf16 copy``: a bf16 copy of the weights through transformers' forward (``rollout.weights_dtype:
-  bf16``, what ``model.precision: bf16-mixed`` samples from);
-- ``fp32 + autocast``: fp32 weights, the generate call under bf16 autocast (casts cached per call);
-- the matmul that dominates a decode step, alone: a 16 x 576 by 576 x 1536 GEMM in fp32, bf16, and
-  bf16 through oneDNN with a prepacked weight (``torch.ops.mkldnn._linear_pointwise``), which rlvr's
-  engine does not use yet.
+- ``bf16 fused``: a bf16 copy of the weights (what ``model.precision: bf16-mixed`` samples from)
+  through the fused decode step with oneDNN-packed bf16 weights (the bf16 default where the CPU
+  computes bf16 natively);
+- ``bf16 plain``: the bf16 copy through transformers' forward, whose one-query attention is
+  rlvr's ``single_query_attention`` (``rlvr_sdpa``);
+- ``bf16 plain, torch SDPA``: the same through transformers' own ``sdpa`` attention, i.e. PyTorch's
+  SDPA kernel at one query in bf16 (what ``bf16 plain`` was before ``single_query_attention``);
+- with ``--autocast``, also ``fp32 + autocast``: fp32 weights under bf16 autocast.
+
+Then one decode step alone (16 rows, a 120-token cache), and the matmul that dominates it alone: a
+16 x 576 by 576 x 1536 GEMM in fp32, bf16, and bf16 through oneDNN with a prepacked weight
+(``torch.ops.mkldnn._linear_pointwise``, what the fused bf16 step uses).
 
 Prints median seconds per batch and the ratio to ``fp32 fused``; a result on a shared machine is
-only as good as its ratios.
+only as good as its ratios. Also checks that ``bf16 fused`` and ``bf16 plain`` drew the same tokens.
 """
 
 from __future__ import annotations
@@ -23,8 +28,19 @@ import argparse
 import contextlib
 import copy
 import os
+import platform
 import statistics
 import time
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
@@ -34,6 +50,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--autocast", action="store_true", help="also time fp32 weights under bf16 autocast")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -42,37 +59,52 @@ def main() -> None:
     from rlvr.data.from_config import build_datasets
     from rlvr.models import load_model, load_tokenizer
     from rlvr.models.chat import encode_prompt
+    from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_supported
+    from rlvr.models.precision import native_low_precision
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.rollout.kv_cache import reserve_decode_room
 
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     fp32 = load_model("smollm2-135m-instruct").eval().requires_grad_(False)
     bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
+    torch_sdpa = copy.deepcopy(bf16)
+    torch_sdpa.set_attn_implementation("sdpa")
+    native, why = native_low_precision("cpu")
+    print(f"{_cpu()}; {why}; fused bf16 step available: {fused_decode_supported(bf16)}")
     train, _ = build_datasets(load_config().data)
     prompts = [encode_prompt(tokenizer, train[i].prompt) for i in range(args.prompts)]
     params = SamplingParams(n=args.group, max_new_tokens=args.tokens, ignore_eos=True)
+    none = contextlib.nullcontext
     paths = {
-        "fp32 fused": (HFEngine(fp32, tokenizer, packed_weights="on"), contextlib.nullcontext),
-        "fp32 plain": (HFEngine(fp32, tokenizer, packed_weights="off"), contextlib.nullcontext),
-        "bf16 copy": (HFEngine(bf16, tokenizer), contextlib.nullcontext),
-        "fp32 + autocast": (
+        "fp32 fused": (HFEngine(fp32, tokenizer, packed_weights="on"), none),
+        "bf16 fused": (HFEngine(bf16, tokenizer, packed_weights="on", seed=1), none),
+        "bf16 plain": (HFEngine(bf16, tokenizer, packed_weights="off", seed=1), none),
+        "bf16 plain, torch SDPA": (HFEngine(torch_sdpa, tokenizer, packed_weights="off"), none),
+    }
+    if args.autocast:
+        paths["fp32 + autocast"] = (
             HFEngine(fp32, tokenizer, packed_weights="off"),
             lambda: torch.autocast("cpu", dtype=torch.bfloat16),
-        ),
-    }
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for engine, ctx in paths.values():  # warm-up
+        )
+    for name, (engine, ctx) in paths.items():  # warm-up, and the path each engine takes
         with ctx():
             engine.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=4, ignore_eos=True))
+        print(f"  {name}: decode path {engine.decode_path(args.prompts * args.group, params)}")
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    drawn: dict[str, list[list[int]]] = {}
     for rep in range(args.reps):
         order = list(paths) if rep % 2 == 0 else list(reversed(paths))
         for name in order:
             engine, ctx = paths[name]
+            if name in ("bf16 fused", "bf16 plain"):
+                engine.generator.manual_seed(100 + rep)  # the two draw from the same random stream
             start = time.perf_counter()
             with ctx():
-                engine.generate(prompts, params)
+                out = engine.generate(prompts, params)
             times[name].append(time.perf_counter() - start)
+            drawn[f"{name} {rep}"] = [c.token_ids for group in out for c in group]
     base = statistics.median(times["fp32 fused"])
     print(
         f"{args.prompts} prompts x {args.group} completions x {args.tokens} tokens, {args.threads} threads, "
@@ -80,7 +112,50 @@ def main() -> None:
     )
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:16s} {median:7.2f} s/batch  ({base / median:.2f}x fp32 fused)")
+        print(f"  {name:24s} {median:7.2f} s/batch  ({base / median:.2f}x fp32 fused)")
+    same = sum(drawn[f"bf16 fused {r}"] == drawn[f"bf16 plain {r}"] for r in range(args.reps))
+    print(f"  bf16 fused and bf16 plain drew identical tokens in {same} of {args.reps} batches")
+
+    def per_step_ms(model, fused: bool, rows: int = 16, context: int = 120, steps: int = 24) -> float:
+        from transformers import DynamicCache
+
+        torch.manual_seed(0)
+        ids = torch.randint(100, 40000, (rows, context))
+        with torch.inference_mode():
+            cache = model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True).past_key_values
+        reserve_decode_room(cache, steps)
+        mask = torch.ones((rows, context), dtype=torch.long)
+        pos = torch.full((rows,), context)
+        token = torch.randint(100, 40000, (rows,))
+        decoder = FusedLlamaDecoder(model, rows_hint=rows) if fused else None
+        took = []
+        for _ in range(steps):
+            mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=1)
+            start = time.perf_counter()
+            if decoder is not None:
+                decoder.step(token, pos, cache, mask)
+            else:
+                with torch.inference_mode():
+                    model(
+                        input_ids=token[:, None],
+                        attention_mask=mask,
+                        position_ids=pos[:, None],
+                        past_key_values=cache,
+                    )
+            took.append(time.perf_counter() - start)
+            pos = pos + 1
+        return statistics.median(took[2:]) * 1e3
+
+    print("one decode step, 16 rows, 120-token cache (median of 22):")
+    steps = {
+        "fp32 fused": per_step_ms(fp32, True),
+        "fp32 plain": per_step_ms(fp32, False),
+        "bf16 fused": per_step_ms(bf16, True) if fused_decode_supported(bf16) else float("nan"),
+        "bf16 plain": per_step_ms(bf16, False),
+        "bf16 plain, torch SDPA": per_step_ms(torch_sdpa, False),
+    }
+    for name, ms in steps.items():
+        print(f"  {name:24s} {ms:7.1f} ms  ({steps['fp32 fused'] / ms:.2f}x fp32 fused)")
 
     def gemm_us(fn, x, reps: int = 300) -> float:
         for _ in range(20):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlvr.models import load_model, load_tokenizer
-from rlvr.models.attention import NAME
+from rlvr.models.attention import NAME, single_query_attention
 from rlvr.rollout import HFEngine, SamplingParams
 
 
@@ -61,3 +61,59 @@ def test_cached_decoding_equals_transformers_sdpa(model):
         for (ids_a, lp_a), (ids_b, lp_b) in zip(ours, theirs):
             assert ids_a == ids_b
             torch.testing.assert_close(torch.tensor(lp_a), torch.tensor(lp_b), rtol=1e-5, atol=1e-5)
+
+
+def _exact_attention(query, key, value, real):
+    """Attention of bf16 inputs computed in float64, K/V repeated per query head as repeat_kv does."""
+    group = query.shape[1] // key.shape[1]
+    k = key.double().repeat_interleave(group, dim=1)
+    v = value.double().repeat_interleave(group, dim=1)
+    scores = query.double() @ k.transpose(-1, -2) * query.shape[-1] ** -0.5
+    scores = scores.masked_fill(~real, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive", "none"])
+def test_single_query_attention_in_bf16(mask_kind):
+    """One decode step's bf16 attention: within bf16 rounding of the exact result, query heads
+    grouped onto kv heads as repeat_kv groups them, padding masked (boolean or additive mask)."""
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(4, 6, 1, 16, generator=gen).bfloat16()
+    key = (3 * torch.randn(4, 2, 9, 16, generator=gen)).bfloat16()
+    value = torch.randn(4, 2, 9, 16, generator=gen).bfloat16()
+    real = torch.ones(4, 1, 1, 9, dtype=torch.bool)
+    if mask_kind != "none":
+        real[0, ..., :4] = False  # left padding
+        real[2, ..., :1] = False
+    mask = {"bool": real, "none": None}.get(mask_kind)
+    if mask_kind == "additive":
+        mask = torch.zeros(real.shape).masked_fill_(~real, float("-inf"))
+    got = single_query_attention(query, key, value, mask)
+    expected = _exact_attention(query, key, value, real)
+    assert got.dtype == torch.bfloat16 and got.shape == (4, 6, 1, 16)
+    # the weights are rounded to bf16 (2^-8 relative) before the sum over 9 values of |v| <~ 3
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=0.03)
+    assert (got.double() - expected).abs().mean() < 4e-3
+    # and closer to the exact result than PyTorch's own SDPA kernel in bf16 is, on average
+    torch_sdpa = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=real, enable_gqa=True
+    )
+    assert (got.double() - expected).abs().mean() <= (torch_sdpa.double() - expected).abs().mean() * 1.5
+
+
+def test_bf16_decoding_goes_through_single_query_attention(model, monkeypatch):
+    """The model's own forward at one query in bf16 on the CPU calls single_query_attention (the
+    fused bf16 decode step relies on that to stay bit-identical with it); prefill does not."""
+    import rlvr.models.attention as attention
+
+    calls = []
+    real = attention.single_query_attention
+    monkeypatch.setattr(attention, "single_query_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    low = load_model("tiny-random").to(torch.bfloat16).eval()
+    ids, mask = _batch()
+    with torch.inference_mode():
+        out = low(input_ids=ids, attention_mask=mask, use_cache=True)
+        assert calls == []  # the prefill: 14 queries
+        step_mask = torch.cat([mask, mask.new_ones((3, 1))], dim=1)
+        low(input_ids=ids[:, -1:], attention_mask=step_mask, past_key_values=out.past_key_values)
+    assert len(calls) == low.config.num_hidden_layers

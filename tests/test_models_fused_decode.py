@@ -4,7 +4,9 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rlvr.models import load_model
+import rlvr.models.fused_decode as fused_decode
+from rlvr.models import load_model, load_tokenizer
+from rlvr.models.attention import register
 from rlvr.models.fused_decode import FusedLlamaDecoder, fused_decode_supported
 from rlvr.models.packed import packed_decode_available
 from rlvr.rollout.kv_cache import reserve_decode_room
@@ -115,7 +117,7 @@ def test_supported_only_where_the_step_is_exact():
     assert not fused_decode_supported(_small_llama(attention_bias=True))
     assert not fused_decode_supported(_small_llama(mlp_bias=True))
     assert not fused_decode_supported(_small_llama(hidden_act="gelu"))
-    assert not fused_decode_supported(_small_llama().to(torch.bfloat16))
+    assert not fused_decode_supported(_small_llama().to(torch.float16))
     qwen = Qwen2ForCausalLM(
         Qwen2Config(
             vocab_size=97,
@@ -129,3 +131,94 @@ def test_supported_only_where_the_step_is_exact():
     assert not fused_decode_supported(qwen)  # q/k/v biases: not the Llama step
     with pytest.raises(ValueError, match="Llama"):
         FusedLlamaDecoder(qwen)
+
+
+onednn_bf16 = pytest.mark.skipif(
+    not (hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="torch built without oneDNN bf16",
+)
+
+
+def _bf16(model: torch.nn.Module) -> torch.nn.Module:
+    model = model.to(torch.bfloat16).eval()
+    model.set_attn_implementation(register())  # as load_model sets it on the CPU
+    return model
+
+
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """The bf16 step is used where the CPU computes bf16 natively; oneDNN computes the same numbers
+    (slower) on a CPU without, so the tests run everywhere oneDNN has bf16."""
+    monkeypatch.setattr(fused_decode, "native_low_precision", lambda device: (True, "test"))
+
+
+def test_bf16_supported_where_the_cpu_computes_bf16(monkeypatch):
+    model = _bf16(_small_llama())
+    monkeypatch.setattr(fused_decode, "native_low_precision", lambda device: (False, "test"))
+    assert not fused_decode_supported(model)  # emulated bf16: transformers' forward
+    monkeypatch.setattr(fused_decode, "native_low_precision", lambda device: (True, "test"))
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert fused_decode_supported(model)
+    model.set_attn_implementation("sdpa")  # another attention at one query: not bit-identical
+    assert not fused_decode_supported(model)
+
+
+@onednn_bf16
+@pytest.mark.parametrize("model_name", ["tiny-random", "small-untied-mqa"])
+def test_bf16_fused_step_is_bit_identical_to_the_models_forward(model_name, native_bf16):
+    """oneDNN-packed bf16 GEMMs, LlamaRMSNorm's roundings and the model's own one-query attention:
+    the fused bf16 step's logits equal the model's bf16 forward exactly, step after step."""
+    model = _bf16(load_model("tiny-random") if model_name == "tiny-random" else _small_llama())
+    assert fused_decode_supported(model)
+    prompts = [[5, 9, 11, 3, 7, 2], [4, 8], [13, 1, 6]]
+    n, steps = 2, 6
+    ours, ours_mask, ours_pos = _prefill(model, prompts, n, steps)
+    theirs, theirs_mask, theirs_pos = _prefill(model, prompts, n, steps)
+    decoder = FusedLlamaDecoder(model, rows_hint=len(prompts) * n)
+    tokens = torch.arange(len(prompts) * n) % 17 + 1
+    for step in range(steps):
+        if step == 3:
+            keep = torch.tensor([0, 2, 3, 5])
+            ours.batch_select_indices(keep)
+            theirs.batch_select_indices(keep)
+            tokens, ours_mask, ours_pos = tokens[keep], ours_mask[keep], ours_pos[keep]
+            theirs_mask, theirs_pos = theirs_mask[keep], theirs_pos[keep]
+        ours_mask = torch.cat([ours_mask, ours_mask.new_ones((len(tokens), 1))], dim=1)
+        theirs_mask = torch.cat([theirs_mask, theirs_mask.new_ones((len(tokens), 1))], dim=1)
+        got = decoder.step(tokens, ours_pos, ours, ours_mask)
+        with torch.inference_mode():
+            expected = model(
+                input_ids=tokens[:, None],
+                attention_mask=theirs_mask,
+                position_ids=theirs_pos[:, None],
+                past_key_values=theirs,
+            ).logits[:, -1]
+        assert got.dtype == torch.bfloat16
+        assert torch.equal(got, expected), f"step {step}: max difference {(got - expected).abs().max()}"
+        assert not torch.equal(got[0], got[-1])
+        tokens = expected.float().argmax(-1)
+        ours_pos, theirs_pos = ours_pos + 1, theirs_pos + 1
+
+
+@onednn_bf16
+def test_bf16_fused_engine_equals_transformers_on_the_eval_prompts(native_bf16):
+    """The bundled model's bf16 copy, the default task's held-out prompts, greedy: the engine's fused
+    bf16 path gives exactly the tokens and log-probs of transformers' forward."""
+    from rlvr.config import load_config
+    from rlvr.data.from_config import build_datasets
+    from rlvr.models.chat import encode_prompt
+    from rlvr.rollout import HFEngine, SamplingParams
+
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    bf16 = _bf16(load_model("smollm2-135m-instruct"))
+    _, held_out = build_datasets(load_config().data)
+    prompts = [encode_prompt(tokenizer, held_out[i].prompt) for i in range(8)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=16)
+    fused = HFEngine(bf16, tokenizer)
+    assert fused.decode_path(len(prompts), params) == "fused"
+    got = [c for group in fused.generate(prompts, params) for c in group]
+    plain = HFEngine(bf16, tokenizer, packed_weights="off")
+    expected = [c for group in plain.generate(prompts, params) for c in group]
+    assert [c.token_ids for c in got] == [c.token_ids for c in expected]
+    assert [c.logprobs for c in got] == [c.logprobs for c in expected]
+    assert len({tuple(c.token_ids) for c in got}) > 4  # eight different answers, not one repeated

@@ -9,6 +9,14 @@ small framework calls. :class:`FusedLlamaDecoder` runs the same arithmetic as fo
 modules and its norms' weights as single ``rms_norm`` ops. ``benchmarks/packed_decode.py``
 measures it against both other paths.
 
+A model in bf16 (the sampling copy under ``model.precision=bf16-mixed``) runs the same step with
+its four GEMMs through oneDNN's prepacked bf16 linear (``mkldnn._reorder_linear_weight`` once,
+``mkldnn._linear_pointwise`` per call), on a CPU that computes bf16 natively (AMX or AVX512-bf16).
+Its norms round where transformers' ``LlamaRMSNorm`` rounds and its attention is the function the
+model's own forward calls at one query (``rlvr.models.attention.single_query_attention``, through
+``rlvr_sdpa``), so its logits are bit-identical to the model's bf16 forward on the same cache (the
+oneDNN GEMMs accumulate in the same order, packed or not). ``benchmarks/bf16_decode.py`` measures it.
+
 The prefill still goes through transformers (it is a large GEMM, where the framework's cost is
 negligible); the decoder then reads and writes the same preallocated KV cache
 (``rlvr.rollout.kv_cache``). The fused and packed copies are made from the weights as they are when
@@ -21,7 +29,9 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
+from rlvr.models.attention import NAME, single_query_attention
 from rlvr.models.packed import packed_decode_available
+from rlvr.models.precision import native_low_precision
 
 # When the fused step pays (benchmarks/packed_decode.py, fp32, 2 cores, SmolLM2-135M, a policy update
 # and the ~0.1 s rebuild included): generate 16 × 128 tokens 10.24 -> 7.95 s (1.29x), 16 × 32
@@ -31,16 +41,40 @@ AUTO_MIN_NEW_TOKENS = 16
 AUTO_MAX_ROWS = 64
 
 
-def fused_decode_pays(rows: int, max_new_tokens: int) -> bool:
-    """The "auto" rule: at most AUTO_MAX_ROWS sequences, at least AUTO_MIN_NEW_TOKENS new tokens."""
-    return rows <= AUTO_MAX_ROWS and max_new_tokens >= AUTO_MIN_NEW_TOKENS
+# bf16 (benchmarks/bf16_decode.py): BF16_AUTO_MIN_NEW_TOKENS, the rows as in fp32.
+BF16_AUTO_MIN_NEW_TOKENS = 8
+
+
+def fused_decode_pays(rows: int, max_new_tokens: int, dtype: torch.dtype = torch.float32) -> bool:
+    """The "auto" rule: at most AUTO_MAX_ROWS sequences, at least AUTO_MIN_NEW_TOKENS new tokens
+    (BF16_AUTO_MIN_NEW_TOKENS for a bf16 model)."""
+    least = BF16_AUTO_MIN_NEW_TOKENS if dtype == torch.bfloat16 else AUTO_MIN_NEW_TOKENS
+    return rows <= AUTO_MAX_ROWS and max_new_tokens >= least
+
+
+def bf16_linear_available(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is in bf16 on a CPU that computes bf16 natively, with oneDNN's prepacked
+    linear, and without LoRA adapters (packed base weights would leave them out)."""
+    ops = torch.ops.mkldnn
+    if not (torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")):
+        return False
+    if hasattr(model, "peft_config"):
+        return False
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cpu" or param.dtype != torch.bfloat16:
+        return False
+    return native_low_precision("cpu")[0] and bool(ops._is_mkldnn_bf16_supported())
 
 
 def fused_decode_supported(model: torch.nn.Module) -> bool:
-    """Whether :class:`FusedLlamaDecoder` computes exactly what ``model``'s own forward computes:
-    a Llama model (no biases, SiLU MLP, no tensor-parallel split) in fp32 on the CPU, with MKL."""
-    if not packed_decode_available(model):  # MKL, and the model on the CPU in fp32
-        return False
+    """Whether :class:`FusedLlamaDecoder` computes what ``model``'s own forward computes: a Llama
+    model (no biases, SiLU MLP, no tensor-parallel split) on the CPU, in fp32 with MKL, or in bf16
+    with oneDNN on a CPU with native bf16 and with rlvr's attention (``rlvr_sdpa``, as
+    :func:`rlvr.models.load_model` sets it on the CPU)."""
+    if not packed_decode_available(model):
+        # bf16: exact only against the attention the model's own forward runs at one query
+        if not bf16_linear_available(model) or getattr(model.config, "_attn_implementation", None) != NAME:
+            return False
     config, inner = text_side(model)
     if getattr(config, "model_type", None) != "llama":
         return False
@@ -74,15 +108,32 @@ class _Packed:
         return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, None, x.shape[0])
 
 
+class _PackedBf16:
+    """A bf16 weight [out, in] in oneDNN's prepacked layout; ``__call__`` is ``x @ weight.T``."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, weight: torch.Tensor, rows_hint: int) -> None:
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows_hint)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+
 class FusedLlamaDecoder:
     """Decode one token for each of B sequences: ``step(tokens [B], positions [B], cache, mask)``
     returns the next-token logits [B, vocab]. Built from ``model``'s current weights."""
 
     def __init__(self, model: torch.nn.Module, rows_hint: int = 16) -> None:
         if not fused_decode_supported(model):
-            raise ValueError("FusedLlamaDecoder needs a Llama model in fp32 on the CPU, with MKL")
+            raise ValueError(
+                "FusedLlamaDecoder needs a Llama model on the CPU, in fp32 with MKL or in bf16 with "
+                "oneDNN on a CPU with native bf16"
+            )
         config, self.inner = text_side(model)
         self.model = model
+        self.dtype = next(model.parameters()).dtype
+        packed = _PackedBf16 if self.dtype == torch.bfloat16 else _Packed
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
@@ -97,14 +148,14 @@ class FusedLlamaDecoder:
                 self.layers.append(
                     (
                         layer,
-                        _Packed(qkv, rows_hint),
-                        _Packed(attn.o_proj.weight, rows_hint),
-                        _Packed(gate_up, rows_hint),
-                        _Packed(mlp.down_proj.weight, rows_hint),
+                        packed(qkv, rows_hint),
+                        packed(attn.o_proj.weight, rows_hint),
+                        packed(gate_up, rows_hint),
+                        packed(mlp.down_proj.weight, rows_hint),
                         attn.scaling,
                     )
                 )
-            self.head = _Packed(model.lm_head.weight, rows_hint)
+            self.head = packed(model.lm_head.weight, rows_hint)
 
     @torch.inference_mode()
     def step(
@@ -116,8 +167,10 @@ class FusedLlamaDecoder:
         group = self.n_heads // n_kv
         h = inner.embed_tokens(tokens)
         cos, sin = inner.rotary_emb(h[:, None], positions[:, None])  # [B, 1, head_dim]
-        # additive mask over the cached positions: 0 where real, -inf at left padding
-        bias = torch.zeros(mask.shape, dtype=h.dtype).masked_fill_(mask == 0, float("-inf"))[:, None, None, :]
+        # the cached positions that are real (not left padding); fp32 adds it as 0 / -inf
+        real = (mask != 0)[:, None, None, :]
+        low = h.dtype != torch.float32
+        bias = None if low else torch.zeros(real.shape).masked_fill_(~real, float("-inf"))
         k_end = self.q_width + self.kv_width
         for index, (layer, qkv_w, o_w, gate_up_w, down_w, scaling) in enumerate(self.layers):
             qkv = qkv_w(_rms_norm(layer.input_layernorm, h))
@@ -127,10 +180,13 @@ class FusedLlamaDecoder:
             k = qk[:, self.n_heads :].view(batch, n_kv, 1, head_dim)
             v = qkv[:, k_end:].view(batch, n_kv, 1, head_dim)
             keys, values = cache.layers[index].update(k, v)  # [B, kv heads, L+1, head_dim]
-            # one query token: plain batched products beat the flash kernel at this size. Query head
-            # j*group..(j+1)*group-1 reads kv head j, as transformers' repeat_kv lays them out.
-            scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(scaling).add_(bias)
-            out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, kv heads, group, head_dim]
+            # fp32, one query token: plain batched products beat the flash kernel at this size. Query
+            # head j*group..(j+1)*group-1 reads kv head j, as transformers' repeat_kv lays them out.
+            if low:  # what the model's own forward calls (rlvr_sdpa): the same roundings
+                out = single_query_attention(q.reshape(batch, -1, 1, head_dim), keys, values, real, scaling)
+            else:
+                scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(scaling).add_(bias)
+                out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, kv heads, group, head_dim]
             h = h + o_w(out.reshape(batch, self.q_width))
             gate, up = gate_up_w(_rms_norm(layer.post_attention_layernorm, h)).chunk(2, dim=-1)
             h = h + down_w(torch.nn.functional.silu(gate).mul_(up))
@@ -138,8 +194,12 @@ class FusedLlamaDecoder:
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``LlamaRMSNorm`` as one fused op (the model's weight and epsilon)."""
-    return torch.nn.functional.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+    """``LlamaRMSNorm``: one fused op in fp32; in a lower precision normalised in fp32, rounded, then
+    scaled by the weight, as ``LlamaRMSNorm`` rounds (the fused op rounds only once)."""
+    if x.dtype == torch.float32:
+        return torch.nn.functional.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+    normed = torch.nn.functional.rms_norm(x.float(), norm.weight.shape, None, norm.variance_epsilon)
+    return norm.weight * normed.to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -89,14 +89,18 @@ class HFEngine:
     def decode_path(self, rows: int, params: SamplingParams) -> str:
         """How a call decoding ``rows`` sequences at once runs its decode steps: ``"fused"`` (the
         fused, packed Llama step), ``"packed"`` (transformers' forward through packed ``nn.Linear``
-        copies) or ``"plain"``. Packing needs CPU fp32 with MKL; "on" packs whenever it can, "auto"
+        copies) or ``"plain"``. Packing needs CPU fp32 with MKL (fused: or bf16 with oneDNN on a CPU with
+        native bf16); "on" packs whenever it can, "auto"
         where it was measured to pay (``fused_decode_pays``, ``packing_pays``)."""
-        if self.packed_weights == "off" or not packed_decode_available(self.model):
+        if self.packed_weights == "off":
             return "plain"
-        tokens = params.max_new_tokens
+        tokens, on = params.max_new_tokens, self.packed_weights == "on"
         if self.fuse_layers and fused_decode_supported(self.model):
-            return "fused" if self.packed_weights == "on" or fused_decode_pays(rows, tokens) else "plain"
-        return "packed" if self.packed_weights == "on" or packing_pays(rows, tokens) else "plain"
+            dtype = next(self.model.parameters()).dtype
+            return "fused" if on or fused_decode_pays(rows, tokens, dtype) else "plain"
+        if not packed_decode_available(self.model):
+            return "plain"
+        return "packed" if on or packing_pays(rows, tokens) else "plain"
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         with self.lock:

@@ -116,7 +116,10 @@ def main() -> None:
     same = sum(drawn[f"bf16 fused {r}"] == drawn[f"bf16 plain {r}"] for r in range(args.reps))
     print(f"  bf16 fused and bf16 plain drew identical tokens in {same} of {args.reps} batches")
 
-    def per_step_ms(model, fused: bool, rows: int = 16, context: int = 120, steps: int = 24) -> float:
+    def per_step_ms(
+        model, fused: bool, rows: int = 16, context: int = 120, steps: int = 24
+    ) -> tuple[float, torch.Tensor]:
+        """Median milliseconds of a decode step, and the first step's logits (fp32)."""
         from transformers import DynamicCache
 
         torch.manual_seed(0)
@@ -128,34 +131,44 @@ def main() -> None:
         pos = torch.full((rows,), context)
         token = torch.randint(100, 40000, (rows,))
         decoder = FusedLlamaDecoder(model, rows_hint=rows) if fused else None
-        took = []
+        took, first = [], None
         for _ in range(steps):
             mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=1)
             start = time.perf_counter()
             if decoder is not None:
-                decoder.step(token, pos, cache, mask)
+                logits = decoder.step(token, pos, cache, mask)
             else:
                 with torch.inference_mode():
-                    model(
+                    logits = model(
                         input_ids=token[:, None],
                         attention_mask=mask,
                         position_ids=pos[:, None],
                         past_key_values=cache,
-                    )
+                    ).logits[:, -1]
             took.append(time.perf_counter() - start)
+            first = logits.float() if first is None else first
             pos = pos + 1
-        return statistics.median(took[2:]) * 1e3
+        return statistics.median(took[2:]) * 1e3, first
 
-    print("one decode step, 16 rows, 120-token cache (median of 22):")
+    print(
+        "one decode step, 16 rows, 120-token cache of random tokens (median of 22); the first step's "
+        "logits against fp32 transformers' (mean and max absolute difference):"
+    )
     steps = {
         "fp32 fused": per_step_ms(fp32, True),
         "fp32 plain": per_step_ms(fp32, False),
-        "bf16 fused": per_step_ms(bf16, True) if fused_decode_supported(bf16) else float("nan"),
         "bf16 plain": per_step_ms(bf16, False),
         "bf16 plain, torch SDPA": per_step_ms(torch_sdpa, False),
     }
-    for name, ms in steps.items():
-        print(f"  {name:24s} {ms:7.1f} ms  ({steps['fp32 fused'] / ms:.2f}x fp32 fused)")
+    if fused_decode_supported(bf16):
+        steps["bf16 fused"] = per_step_ms(bf16, True)
+    reference = steps["fp32 plain"][1]
+    for name, (ms, logits) in steps.items():
+        diff = (logits - reference).abs()
+        print(
+            f"  {name:24s} {ms:7.1f} ms  ({steps['fp32 fused'][0] / ms:.2f}x fp32 fused)  "
+            f"logits vs fp32: mean {diff.mean():.4f}, max {diff.max():.3f}"
+        )
 
     def gemm_us(fn, x, reps: int = 300) -> float:
         for _ in range(20):

@@ -51,11 +51,12 @@ def _prefill(model, prompts: list[list[int]], n: int, extra: int):
     return cache, mask.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n, dim=0) + 1
 
 
-@pytest.mark.parametrize("model_name", ["tiny-random", "small-untied-mqa"])
-def test_fused_step_equals_transformers_forward(model_name):
-    model = load_model("tiny-random").eval() if model_name == "tiny-random" else _small_llama()
+def _steps_alongside(model: torch.nn.Module, steps: int = 6):
+    """Decode ``steps`` tokens with a fused decoder and with the model's own forward, each on its own
+    cache of the same prefill (3 prompts of different lengths, 2 sequences each; after three steps
+    two sequences finish and both caches drop them); yields (fused logits, forward logits) per step."""
     prompts = [[5, 9, 11, 3, 7, 2], [4, 8], [13, 1, 6]]  # different lengths: left padding
-    n, steps = 2, 6
+    n = 2
     ours, ours_mask, ours_pos = _prefill(model, prompts, n, steps)
     theirs, theirs_mask, theirs_pos = _prefill(model, prompts, n, steps)
     decoder = FusedLlamaDecoder(model, rows_hint=len(prompts) * n)
@@ -77,10 +78,17 @@ def test_fused_step_equals_transformers_forward(model_name):
                 position_ids=theirs_pos[:, None],
                 past_key_values=theirs,
             ).logits[:, -1]
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        yield got, expected
         assert not torch.equal(got[0], got[-1])  # rows differ: the comparison is not vacuous
-        tokens = expected.argmax(-1)
+        tokens = expected.float().argmax(-1)
         ours_pos, theirs_pos = ours_pos + 1, theirs_pos + 1
+
+
+@pytest.mark.parametrize("model_name", ["tiny-random", "small-untied-mqa"])
+def test_fused_step_equals_transformers_forward(model_name):
+    model = load_model("tiny-random").eval() if model_name == "tiny-random" else _small_llama()
+    for got, expected in _steps_alongside(model):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_decoder_uses_the_weights_it_was_built_from():
@@ -170,34 +178,9 @@ def test_bf16_fused_step_is_bit_identical_to_the_models_forward(model_name, nati
     the fused bf16 step's logits equal the model's bf16 forward exactly, step after step."""
     model = _bf16(load_model("tiny-random") if model_name == "tiny-random" else _small_llama())
     assert fused_decode_supported(model)
-    prompts = [[5, 9, 11, 3, 7, 2], [4, 8], [13, 1, 6]]
-    n, steps = 2, 6
-    ours, ours_mask, ours_pos = _prefill(model, prompts, n, steps)
-    theirs, theirs_mask, theirs_pos = _prefill(model, prompts, n, steps)
-    decoder = FusedLlamaDecoder(model, rows_hint=len(prompts) * n)
-    tokens = torch.arange(len(prompts) * n) % 17 + 1
-    for step in range(steps):
-        if step == 3:
-            keep = torch.tensor([0, 2, 3, 5])
-            ours.batch_select_indices(keep)
-            theirs.batch_select_indices(keep)
-            tokens, ours_mask, ours_pos = tokens[keep], ours_mask[keep], ours_pos[keep]
-            theirs_mask, theirs_pos = theirs_mask[keep], theirs_pos[keep]
-        ours_mask = torch.cat([ours_mask, ours_mask.new_ones((len(tokens), 1))], dim=1)
-        theirs_mask = torch.cat([theirs_mask, theirs_mask.new_ones((len(tokens), 1))], dim=1)
-        got = decoder.step(tokens, ours_pos, ours, ours_mask)
-        with torch.inference_mode():
-            expected = model(
-                input_ids=tokens[:, None],
-                attention_mask=theirs_mask,
-                position_ids=theirs_pos[:, None],
-                past_key_values=theirs,
-            ).logits[:, -1]
+    for step, (got, expected) in enumerate(_steps_alongside(model)):
         assert got.dtype == torch.bfloat16
         assert torch.equal(got, expected), f"step {step}: max difference {(got - expected).abs().max()}"
-        assert not torch.equal(got[0], got[-1])
-        tokens = expected.float().argmax(-1)
-        ours_pos, theirs_pos = ours_pos + 1, theirs_pos + 1
 
 
 @onednn_bf16

@@ -223,8 +223,9 @@ class RolloutConfig(Section):
     packed_weights: Literal["auto", "on", "off"] = Field(
         "auto",
         description="CPU fp32: decode through MKL-packed copies of the weights, made for each generate "
-        "call (Llama models: a fused decode step). auto: where it was measured to pay (Llama: at most "
-        "64 sequences and max_new_tokens >= 16; other models: at most 16 and >= 64).",
+        "call (Llama models: a fused decode step; a bf16 Llama copy on a CPU with native bf16: the fused "
+        "step with oneDNN-packed weights). auto: where it was measured to pay (Llama: at most 64 "
+        "sequences and max_new_tokens >= 16, >= 8 in bf16; other models: at most 16 and >= 64).",
     )
     share_prefix: bool = Field(
         True,

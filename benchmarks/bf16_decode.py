@@ -170,6 +170,20 @@ def main() -> None:
             f"logits vs fp32: mean {diff.mean():.4f}, max {diff.max():.3f}"
         )
 
+    from rlvr.models.attention import single_query_attention
+
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(16, 9, 1, 64, generator=gen).bfloat16()  # SmolLM2: 9 query heads, 3 kv heads
+    key, value = (torch.randn(16, 3, 120, 64, generator=gen).bfloat16() for _ in range(2))
+    real = torch.ones(16, 1, 1, 120, dtype=torch.bool)
+    real[:4, ..., :10] = False  # some left padding
+    attention = {
+        "single_query_attention": lambda q: single_query_attention(q, key, value, real),
+        "torch SDPA (bf16, GQA)": lambda q: torch.nn.functional.scaled_dot_product_attention(
+            q, key, value, attn_mask=real, enable_gqa=True
+        ),
+    }
+
     def gemm_us(fn, x, reps: int = 300) -> float:
         for _ in range(20):
             fn(x)
@@ -194,6 +208,10 @@ def main() -> None:
             results["bf16 oneDNN packed"] = gemm_us(
                 lambda v: torch.ops.mkldnn._linear_pointwise(v, packed, None, "none", [], ""), xb
             )
+    print("one layer's attention, 16 sequences x 9 heads over 120 cached keys, bf16:")
+    with torch.no_grad():
+        for name, fn in attention.items():
+            print(f"  {name:24s} {gemm_us(fn, query, reps=100):7.0f} µs")
     print("decode-shaped GEMM 16x576 · 576x1536:")
     for name, us in results.items():
         print(f"  {name:20s} {us:7.0f} µs  ({results['fp32'] / us:.2f}x fp32)")

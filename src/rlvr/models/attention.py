@@ -70,10 +70,10 @@ def single_query_attention(
 
     The scores and the softmax are fp32 (the keys converted, the products summed in fp32); the
     weights are rounded to the value dtype for the second product. PyTorch's SDPA kernel does the
-    same work at one query in bf16 several times slower here (16 sequences × 120 keys, one thread:
-    1.8 ms per layer against 0.3 ms; ``benchmarks/bf16_decode.py``), which made attention a third
-    of transformers' bf16 decode step. The fused decode step (``rlvr.models.fused_decode``) calls
-    this same function, so the two stay bit-identical."""
+    same work at one query in bf16 about five times slower on an AVX512-bf16 CPU (16 sequences ×
+    120 keys, 2 threads: 1.0 ms per layer against 0.2 ms; ``benchmarks/bf16_decode.py``), which made
+    attention about a third of transformers' bf16 decode step. The fused decode step
+    (``rlvr.models.fused_decode``) calls this same function, so the two stay bit-identical."""
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     if scaling is None:

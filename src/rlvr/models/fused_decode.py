@@ -41,7 +41,9 @@ AUTO_MIN_NEW_TOKENS = 16
 AUTO_MAX_ROWS = 64
 
 
-# bf16 (benchmarks/bf16_decode.py): BF16_AUTO_MIN_NEW_TOKENS, the rows as in fp32.
+# bf16, the rows as in fp32 (AMD EPYC with AVX512-bf16, 2 threads, 4 prompts x 8 sequences, bf16 copy,
+# fused vs transformers' forward, medians of 4 alternating calls, the ~0.1 s repack included):
+# 2 tokens 0.56 vs 0.47 s, 4 tokens 0.61 vs 0.62 s, 8 tokens 0.84 vs 0.93 s.
 BF16_AUTO_MIN_NEW_TOKENS = 8
 
 
@@ -132,8 +134,7 @@ class FusedLlamaDecoder:
             )
         config, self.inner = text_side(model)
         self.model = model
-        self.dtype = next(model.parameters()).dtype
-        packed = _PackedBf16 if self.dtype == torch.bfloat16 else _Packed
+        packed = _PackedBf16 if next(model.parameters()).dtype == torch.bfloat16 else _Packed
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads

@@ -89,9 +89,9 @@ class HFEngine:
     def decode_path(self, rows: int, params: SamplingParams) -> str:
         """How a call decoding ``rows`` sequences at once runs its decode steps: ``"fused"`` (the
         fused, packed Llama step), ``"packed"`` (transformers' forward through packed ``nn.Linear``
-        copies) or ``"plain"``. Packing needs CPU fp32 with MKL (fused: or bf16 with oneDNN on a CPU with
-        native bf16); "on" packs whenever it can, "auto"
-        where it was measured to pay (``fused_decode_pays``, ``packing_pays``)."""
+        copies) or ``"plain"``. Packing needs CPU fp32 with MKL (the fused step also bf16 with oneDNN
+        on a CPU with native bf16); "on" packs whenever it can, "auto" where it was measured to pay
+        (``fused_decode_pays``, ``packing_pays``)."""
         if self.packed_weights == "off":
             return "plain"
         tokens, on = params.max_new_tokens, self.packed_weights == "on"
